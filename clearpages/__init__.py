@@ -1,0 +1,46 @@
+"""clearpages: zero memory as fast as the hardware allows.
+
+>>> import clearpages as cp
+>>> buf = bytearray(b"secret" * 1000)
+>>> cp.clear(buf)
+>>> any(buf)
+False
+"""
+
+from __future__ import annotations
+
+from ._core import (
+    PageIndexError,
+    UnsupportedMethod,
+    clear,
+    clear_many,
+    clear_pages,
+    cpu,
+    methods,
+    plan,
+    reload_config,
+    thresholds,
+)
+from ._cpu import CPU
+from ._policy import Plan, Thresholds
+from ._routines import ALL_METHODS, ROUTINES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALL_METHODS",
+    "CPU",
+    "PageIndexError",
+    "Plan",
+    "ROUTINES",
+    "Thresholds",
+    "UnsupportedMethod",
+    "clear",
+    "clear_many",
+    "clear_pages",
+    "cpu",
+    "methods",
+    "plan",
+    "reload_config",
+    "thresholds",
+]

@@ -1,0 +1,86 @@
+"""The CLEARPAGES_* environment variables, read once when the package loads.
+
+Like glibc's tunables they are read at start-up; unlike them, a bad value is
+an error that names the variable, never silently ignored.
+``clearpages.reload_config()`` reads them again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from ._routines import ALL_METHODS
+
+VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
+             "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE")
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+#: Sizes larger than this are typing mistakes, not memory (2**56 bytes).
+MAX_SIZE = 1 << 56
+
+
+class ConfigError(ValueError):
+    """A CLEARPAGES_* variable holds a value clearpages cannot use."""
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'4096', '64K', '64M', '1G', '2GiB' -> bytes (binary units)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError("%s must be a byte count such as 4096, 64K, 64M or 1G, not %r"
+                         % (what, text))
+    value = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value > MAX_SIZE:
+        raise ValueError("%s %r is larger than any memory (at most 2**56 bytes)"
+                         % (what, text))
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    method: str | None = None
+    nt_threshold: int | None = None
+    calibration: str | None = None
+    """None: the default file in the cache directory; 'off'; or a path."""
+    disable: frozenset[str] = frozenset()
+    raw: tuple[tuple[str, str], ...] = ()
+    """The variables that were set, as (name, value), for ``info``."""
+
+
+def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
+    raw = tuple((k, env[k]) for k in VARIABLES if k in env)
+    method = env.get("CLEARPAGES_METHOD", "").strip() or None
+    if method is not None and method != "auto" and method not in ALL_METHODS:
+        raise ConfigError("CLEARPAGES_METHOD=%r is not a method; use one of: auto, %s"
+                          % (method, ", ".join(ALL_METHODS)))
+    if method == "auto":
+        method = None
+
+    nt = env.get("CLEARPAGES_NT_THRESHOLD", "").strip()
+    nt_threshold = None
+    if nt:
+        try:
+            nt_threshold = parse_size(nt, "CLEARPAGES_NT_THRESHOLD")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    calibration = env.get("CLEARPAGES_CALIBRATION", "").strip() or None
+    if calibration is not None and calibration.lower() == "off":
+        calibration = "off"
+
+    disable_text = env.get("CLEARPAGES_DISABLE", "")
+    names = frozenset(n.strip().lower() for n in disable_text.split(",") if n.strip())
+    unknown = names - set(feature_names)
+    if unknown:
+        raise ConfigError("CLEARPAGES_DISABLE names unknown features %s; known: %s"
+                          % (", ".join(sorted(unknown)), ", ".join(feature_names)))
+    return Config(method, nt_threshold, calibration, names, raw)
+
+
+def read_environ(feature_names: tuple[str, ...]) -> Config:
+    return read(os.environ, feature_names)

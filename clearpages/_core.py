@@ -1,0 +1,473 @@
+"""clear, clear_many and clear_pages: buffers in, one native call out.
+
+The per-call path for a small buffer is kept lean (one ``from_buffer``, two
+comparisons, one native call) so that ``clear`` beats ``ctypes.memset`` even
+at 4 KiB.  Anything larger than one chunk, threaded, or made of many pieces
+becomes a native *job* run in time slices without the GIL, so Ctrl-C stops it
+between slices and other Python threads run meanwhile.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from . import _calibration, _config, _cpu, _policy
+from ._native import ffi, lib
+from ._routines import ALL_METHODS, BY_NAME, ROUTINES
+
+#: How long one native time slice may run before Python gets control back
+#: (signal handlers, KeyboardInterrupt).  Ctrl-C is answered within a slice
+#: plus one chunk.
+SLICE_NS = 40_000_000
+
+_from_buffer = ffi.from_buffer
+
+
+class UnsupportedMethod(RuntimeError):
+    """The routine needs a CPU feature (or build) this machine lacks."""
+
+
+class PageIndexError(IndexError, ValueError):
+    """A page index outside the buffer (an IndexError and a ValueError)."""
+
+
+class _State:
+    """Everything read once: the CPU, the variables, the thresholds, the routines."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        raw_cpu = _cpu.probe()
+        config = (_config.read(env, _cpu.FEATURE_NAMES) if env is not None
+                  else _config.read_environ(_cpu.FEATURE_NAMES))
+        self.config = config
+        self.raw_cpu = raw_cpu
+        self.cpu = raw_cpu.without(config.disable)
+        self.built = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
+        self.methods = tuple(r.name for r in ROUTINES
+                             if _policy.usable(r.name, self.cpu, self.built))
+        self.direct = {name: getattr(lib, BY_NAME[name].symbol) for name in self.methods}
+        self.pointer = {name: ffi.addressof(lib, BY_NAME[name].symbol)
+                        for name in self.methods}
+        th = _policy.default_thresholds(self.cpu, self.built)
+        self.calibration = _calibration.load(self.cpu, self.methods, config.calibration, th)
+        if self.calibration is not None:
+            th = self.calibration.thresholds
+        if config.nt_threshold is not None:
+            th = _policy.with_nt_threshold(th, config.nt_threshold)
+        self.thresholds = th
+        self.forced = config.method
+        if self.forced is not None:
+            self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
+        # The lean path: sizes below `fast_limit` bytes take one direct call.
+        f = self.forced
+        self.fast_limit = th.chunk
+        self.fast_small = th.vector_max
+        self.fast_nt = th.nt_min
+        self.fn_small = self.direct[f or "libc"]
+        self.fn_temporal = self.direct[f or th.temporal]
+        self.fn_nt = self.direct[f or th.streaming]
+
+    def missing(self, name: str) -> str | None:
+        """Why this machine cannot run the routine, or None if it can."""
+        r = BY_NAME[name]
+        if name not in self.built:
+            return "%s is not in this build (a portable build has only libc)" % name
+        for feat in sorted(r.requires):
+            if feat in self.cpu.disabled:
+                return "%s needs %s, masked by CLEARPAGES_DISABLE" % (name, feat)
+            if feat in self.raw_cpu.os_disabled:
+                return ("%s needs %s, which the CPU has but the OS has not enabled "
+                        "(its register state is off in XCR0)" % (name, feat))
+            if feat not in self.cpu.features:
+                return "%s needs %s, which this CPU lacks" % (name, feat)
+        return None
+
+    def check(self, what: str, name: str) -> None:
+        why = self.missing(name)
+        if why is not None:
+            raise UnsupportedMethod("%s: %s" % (what, why))
+
+
+_state = _State()
+
+
+def reload_config(env: dict[str, str] | None = None) -> None:
+    """Read the CLEARPAGES_* variables (and the calibration) again."""
+    global _state
+    _state = _State(env)
+
+
+# ---- buffers ------------------------------------------------------------
+
+
+def _refuse(buf: Any, err: BaseException | None) -> Any:
+    """Explain why buf cannot be cleared as one extent; strided numpy arrays
+    come back as their runs (addresses, lengths)."""
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        raise TypeError(
+            "clearpages clears writable buffers (bytearray, memoryview, numpy array, "
+            "mmap, array.array, ctypes array, Region), not %s" % type(buf).__name__
+        ) from None
+    with mv:
+        if mv.readonly:
+            raise TypeError("the %s is read-only; clearpages only clears writable "
+                            "buffers and left it unchanged" % type(buf).__name__)
+        if not mv.c_contiguous and not mv.f_contiguous:
+            if type(buf).__module__.split(".")[0] == "numpy":
+                return _numpy_runs(buf)
+            raise ValueError(
+                "the %s is not contiguous; pass a contiguous buffer or a numpy array "
+                "(whose strided views clearpages clears run by run)" % type(buf).__name__)
+    raise TypeError("cannot clear %s: %s" % (type(buf).__name__, err))
+
+
+def _numpy_runs(a: Any) -> tuple[Any, Any, int]:
+    """(addresses, lengths, nbytes) of the contiguous runs of a strided array."""
+    import numpy as np
+
+    dims = [(s, st) for s, st in zip(a.shape, a.strides) if s != 1]
+    run = a.itemsize
+    while dims and dims[-1][1] == run:
+        run *= dims[-1][0]
+        dims.pop()
+    if a.size == 0:
+        empty = np.zeros(0, dtype=np.uint64)
+        return empty, empty, 0
+    off = np.zeros(1, dtype=np.int64)
+    for size, stride in dims:
+        off = (off[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    addrs = (off + a.__array_interface__["data"][0]).astype(np.uint64)
+    lens = np.full(addrs.size, run, dtype=np.uint64)
+    return addrs, lens, int(a.nbytes)
+
+
+def _extent(buf: Any) -> tuple[Any, int, Any]:
+    """(pointer, nbytes, runs): runs is None for one contiguous extent,
+    else (addresses, lengths) of a strided buffer."""
+    try:
+        c = _from_buffer(buf, require_writable=True)
+        return c, len(c), None
+    except (TypeError, BufferError, ValueError) as e:
+        err: BaseException | None = e
+    own = getattr(buf, "_clearpages_extent", None)
+    if own is not None:
+        ptr, n = own()
+        return ptr, n, None
+    addrs, lens, nbytes = _refuse(buf, err)
+    return None, nbytes, (addrs, lens)
+
+
+# ---- arguments ----------------------------------------------------------
+
+
+def _check_method(method: str, region_ok: bool = False) -> None:
+    if method == "auto" or method in ALL_METHODS:
+        return
+    if method == "discard":
+        if region_ok:
+            return
+        raise ValueError("method 'discard' (madvise the pages away) applies only "
+                         "to a clearpages.Region")
+    raise ValueError("unknown method %r; use 'auto' or one of: %s%s"
+                     % (method, ", ".join(ALL_METHODS),
+                        " (or 'discard' for a Region)" if region_ok else ""))
+
+
+def _check_threads(threads: Any) -> None:
+    if threads == "auto" and isinstance(threads, str):
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) \
+            or not 1 <= threads <= lib.CP_MAX_THREADS:
+        raise ValueError("threads must be 'auto' or an int from 1 to %d, not %r"
+                         % (lib.CP_MAX_THREADS, threads))
+
+
+def _routine(method: str, nbytes: int, count: int, threads: Any) -> tuple[str, int, int]:
+    """(routine name, threads, chunk) for this piece of work."""
+    st = _state
+    if method == "auto":
+        p = _policy.decide(st.cpu, st.thresholds, nbytes, count,
+                           threads=threads, forced=st.forced)
+        return p.method, p.threads, p.chunk
+    st.check("method=%r" % method, method)
+    n_threads = (_policy.choose_threads(st.cpu, st.thresholds, nbytes)
+                 if threads == "auto" else threads)
+    p = _policy.decide(st.cpu, st.thresholds, nbytes, count, threads=n_threads)
+    return method, n_threads, p.chunk
+
+
+# ---- running ------------------------------------------------------------
+
+
+def _run(job: Any, name: str, chunk: int, threads: int) -> None:
+    if job == ffi.NULL:
+        raise MemoryError("clearpages: no memory for the list of extents")
+    try:
+        if lib.cp_job_configure(job, _state.pointer[name], chunk, threads) != 0:
+            raise ValueError("bad job configuration: %s, %d threads" % (name, threads))
+        run = lib.cp_job_run
+        while run(job, SLICE_NS) == 0:
+            pass        # back in Python between slices: Ctrl-C lands here
+    finally:
+        lib.cp_job_free(job)
+
+
+def _clear_one(ptr: Any, n: int, name: str, threads: int, chunk: int) -> None:
+    if threads == 1 and n <= chunk:
+        _state.direct[name](ptr, n)
+    else:
+        _run(lib.cp_job_new(ffi.new("char *[]", [ptr]), ffi.new("size_t[]", [n]), 1),
+             name, chunk, threads)
+
+
+def _clear_runs(runs: tuple[Any, Any], name: str, threads: int, chunk: int) -> None:
+    addrs, lens = runs
+    if len(addrs) == 0:
+        return
+    _run(lib.cp_job_new(ffi.cast("char *const *", _from_buffer(addrs)),
+                        ffi.cast("size_t *", _from_buffer(lens)), len(addrs)),
+         name, chunk, threads)
+
+
+def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
+          hot: tuple[int, int] | None = None) -> None:
+    """Zero every byte of a writable buffer.
+
+    method: "auto" or a name from :func:`methods` ("discard" for a Region).
+    threads: an int >= 1 or "auto".  hot: a (start, stop) byte range cleared
+    last with ordinary stores, so it is in cache when the caller touches it;
+    the rest is cleared with streaming stores.
+    """
+    if method == "auto" and threads == 1 and hot is None:
+        try:
+            c = _from_buffer(buf, require_writable=True)
+        except (TypeError, BufferError, ValueError):
+            pass
+        else:
+            st = _state
+            n = len(c)
+            if n <= st.fast_limit:
+                if n < st.fast_small:
+                    st.fn_small(c, n)
+                elif n < st.fast_nt:
+                    st.fn_temporal(c, n)
+                else:
+                    st.fn_nt(c, n)
+                return
+    _clear(buf, method, threads, hot)
+
+
+def _clear(buf: Any, method: str, threads: Any, hot: Any) -> None:
+    _check_method(method, region_ok=True)
+    _check_threads(threads)
+    if method == "discard":
+        discard = getattr(buf, "_clearpages_discard", None)
+        if discard is None:
+            _check_method(method)       # raises: discard is for Regions
+        if hot is not None:
+            raise ValueError("hot= does not apply to method 'discard'")
+        discard()
+        return
+    ptr, n, runs = _extent(buf)
+    if runs is not None:
+        if hot is not None:
+            raise ValueError("hot= needs a contiguous buffer; this one is strided")
+        name, n_threads, chunk = _routine(method, n, len(runs[0]) or 1, threads)
+        _clear_runs(runs, name, n_threads, chunk)
+        return
+    if hot is None:
+        name, n_threads, chunk = _routine(method, n, 1, threads)
+        _clear_one(ptr, n, name, n_threads, chunk)
+        return
+    start, stop = _check_hot(hot, n)
+    st = _state
+    cold = n - (stop - start)
+    if method == "auto":
+        cold_name = st.forced or st.thresholds.streaming
+        hot_name = st.forced or _policy.decide(
+            st.cpu, st.thresholds, stop - start).method
+        if hot_name == st.thresholds.streaming and not BY_NAME[hot_name].temporal:
+            hot_name = st.thresholds.temporal
+    else:
+        st.check("method=%r" % method, method)
+        cold_name = method
+        hot_name = method if BY_NAME[method].temporal else st.thresholds.temporal
+    _, n_threads, chunk = _routine(cold_name, cold, 2, threads)
+    base = ffi.cast("char *", ptr)
+    pieces = [(base, start), (base + stop, n - stop)]
+    _run(lib.cp_job_new(ffi.new("char *[]", [p for p, _ in pieces]),
+                        ffi.new("size_t[]", [m for _, m in pieces]), 2),
+         cold_name, chunk, n_threads)
+    _clear_one(base + start, stop - start, hot_name, 1, max(chunk, stop - start))
+
+
+def _check_hot(hot: Any, n: int) -> tuple[int, int]:
+    try:
+        start, stop = hot
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not 0 <= start <= stop <= n:
+        raise ValueError("hot must be a (start, stop) pair of ints with "
+                         "0 <= start <= stop <= %d (the buffer's size), not %r" % (n, hot))
+    return start, stop
+
+
+def clear_many(bufs: Iterable[Any], *, method: str = "auto",
+               threads: int | str = 1) -> None:
+    """Zero many buffers in one native call.
+
+    The routine is chosen from the total size, not each piece: a gigabyte of
+    4 KiB buffers is a gigabyte of work.  Every buffer is checked before
+    anything is written.
+    """
+    _check_method(method)
+    _check_threads(threads)
+    bufs = bufs if isinstance(bufs, (list, tuple)) else list(bufs)
+    try:
+        cds = [_from_buffer(b, require_writable=True) for b in bufs]
+    except (TypeError, BufferError, ValueError):
+        addrs, lens = _many_slow(bufs)
+        total = sum(lens)
+        if not lens:
+            return
+        name, n_threads, chunk = _routine(method, total, len(lens), threads)
+        _run(lib.cp_job_new(ffi.cast("char *const *", ffi.new("uintptr_t[]", addrs)),
+                            ffi.new("size_t[]", lens), len(lens)),
+             name, chunk, n_threads)
+        return
+    if not cds:
+        return
+    lens = list(map(len, cds))
+    total = sum(lens)
+    name, n_threads, chunk = _routine(method, total, len(cds), threads)
+    _run(lib.cp_job_new(ffi.new("char *[]", cds), ffi.new("size_t[]", lens), len(cds)),
+         name, chunk, n_threads)
+
+
+def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """Addresses and lengths of every piece, Regions and strided arrays too;
+    raises (before anything is written) on the first unusable buffer."""
+    addrs: list[int] = []
+    lens: list[int] = []
+    keep = []
+    for i, b in enumerate(bufs):
+        try:
+            ptr, n, runs = _extent(b)
+        except (TypeError, ValueError) as e:
+            raise type(e)("clear_many: buffer %d: %s" % (i, e)) from None
+        keep.append(ptr)
+        if runs is None:
+            addrs.append(int(ffi.cast("uintptr_t", ptr)))
+            lens.append(n)
+        else:
+            addrs.extend(int(a) for a in runs[0])
+            lens.extend(int(m) for m in runs[1])
+    return addrs, lens
+
+
+_INT_CODES = frozenset("bBhHiIlLqQ")
+
+
+def _page_indices(pages: Any) -> Any:
+    """pages as a contiguous int64 buffer (an array.array or numpy array)."""
+    if isinstance(pages, array.array):
+        if pages.typecode not in _INT_CODES:
+            raise TypeError("pages must hold integers, not array.array(%r)" % pages.typecode)
+        if pages.typecode == "q":
+            return pages
+    elif type(pages).__module__.split(".")[0] == "numpy" and hasattr(pages, "dtype"):
+        import numpy as np
+
+        if pages.dtype.kind not in "iu":
+            raise TypeError("pages must be an integer array, not dtype %s" % pages.dtype)
+        if pages.dtype.kind == "u" and pages.size and int(pages.max()) > (1 << 63) - 1:
+            raise PageIndexError("page index %d is past the end of any buffer"
+                                 % int(pages.max()))
+        return np.ascontiguousarray(pages.reshape(-1), dtype=np.int64)
+    try:
+        return array.array("q", pages)
+    except OverflowError:
+        raise PageIndexError("a page index is past the end of any buffer "
+                             "(larger than 2**63 - 1)") from None
+    except TypeError as e:
+        raise TypeError("pages must be a sequence or buffer of integer page indices: %s"
+                        % e) from None
+
+
+def clear_pages(buf: Any, pages: Any, *, page_size: int = 4096, method: str = "auto",
+                threads: int | str = 1) -> None:
+    """Zero the listed pages of one buffer: page i is buf[i*page_size:(i+1)*page_size].
+
+    The list is sorted and merged into runs in C and cleared in one native
+    call; repeated pages are cleared once; an index outside the buffer
+    raises :class:`PageIndexError` before anything is written.
+    """
+    _check_method(method)
+    _check_threads(threads)
+    if isinstance(page_size, bool) or not isinstance(page_size, int) \
+            or not 1 <= page_size <= _config.MAX_SIZE:
+        raise ValueError("page_size must be a positive int (bytes), not %r" % (page_size,))
+    ptr, n, runs = _extent(buf)
+    if runs is not None:
+        raise ValueError("clear_pages needs a contiguous buffer; this one is strided")
+    idx = _page_indices(pages)
+    count = len(idx)
+    if count == 0:
+        return
+    bad = ffi.new("size_t *")
+    job = lib.cp_job_from_pages(ffi.cast("char *", ptr), n,
+                                ffi.cast("const int64_t *", _from_buffer(idx)),
+                                count, page_size, bad)
+    if job == ffi.NULL:
+        if bad[0] >= count:
+            raise MemoryError("clearpages: no memory for the page list")
+        npages = -(-n // page_size)
+        raise PageIndexError(
+            "page index %d (position %d) is outside the buffer: it has %d page%s of %d "
+            "bytes, so indices run from 0 to %d" % (idx[bad[0]], bad[0], npages,
+                                                    "" if npages == 1 else "s",
+                                                    page_size, npages - 1))
+    total = lib.cp_job_total(job)
+    try:
+        name, n_threads, chunk = _routine(method, total, count, threads)
+    except BaseException:
+        lib.cp_job_free(job)
+        raise
+    _run(job, name, chunk, n_threads)
+
+
+def methods() -> tuple[str, ...]:
+    """The routines this CPU and OS can run (after CLEARPAGES_DISABLE)."""
+    return _state.methods
+
+
+def cpu() -> _cpu.CPU:
+    """This machine's CPU as clearpages sees it (CLEARPAGES_DISABLE applied)."""
+    return _state.cpu
+
+
+def thresholds() -> _policy.Thresholds:
+    """The thresholds ``auto`` decides by on this machine."""
+    return _state.thresholds
+
+
+def plan(nbytes: int, *, count: int = 1, threads: int | str = "auto") -> _policy.Plan:
+    """What method="auto" would do for nbytes in count pieces."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
+            or not 0 <= nbytes <= _config.MAX_SIZE:
+        raise ValueError("nbytes must be an int from 0 to 2**56, not %r" % (nbytes,))
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError("count must be an int >= 1, not %r" % (count,))
+    _check_threads(threads)
+    st = _state
+    return _policy.decide(st.cpu, st.thresholds, nbytes, count,
+                          threads=threads, forced=st.forced)
+
+
+def _cores() -> int:
+    return _state.cpu.cores or os.cpu_count() or 1

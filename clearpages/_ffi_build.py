@@ -1,0 +1,102 @@
+"""Build the native module ``clearpages._native`` (cffi, API mode, out of line).
+
+setup.py names ``clearpages/_ffi_build.py:ffi`` in ``cffi_modules``.  The
+routine table (``_routines.py``) says which ``asm/<name>.S`` files to assemble
+and which ``cp_clear_<name>`` symbols to declare; every ``csrc/*.h`` gives its
+declarations between ``BEGIN CDEF`` and ``END CDEF``.
+
+A portable build (only the C library's memset) is made when the target is not
+x86-64 or when ``CLEARPAGES_PORTABLE=1`` is set at build time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import runpy
+from pathlib import Path
+
+from cffi import FFI
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+ASM = ROOT / "asm"
+
+_X86_64_MACHINES = frozenset({"x86_64", "amd64", "x64"})
+
+# -fcf-protection marks the objects IBT/SHSTK compatible (the .S files get the
+# same note from <cet.h>); --noexecstack keeps the extension's stack
+# non-executable even if a source forgets its .note.GNU-stack.
+COMPILE_ARGS = ["-O2", "-Wall", "-Wextra", "-fcf-protection=full",
+                "-Wa,--noexecstack", "-pthread"]
+PORTABLE_COMPILE_ARGS = ["-O2", "-Wall", "-Wextra", "-pthread"]
+LINK_ARGS = ["-pthread", "-Wl,-z,noexecstack"]
+
+
+def routines():
+    """The routine table, loaded by path: the package is not importable yet."""
+    return runpy.run_path(str(Path(__file__).with_name("_routines.py")))["ROUTINES"]
+
+
+def is_portable(machine: str | None = None, env: dict[str, str] | None = None) -> bool:
+    """True when only the portable (memset) build can or should be made."""
+    machine = (machine if machine is not None else platform.machine()).lower()
+    env = os.environ if env is None else env
+    flag = env.get("CLEARPAGES_PORTABLE", "").strip().lower()
+    if flag not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ValueError("CLEARPAGES_PORTABLE must be 0 or 1, not %r" % flag)
+    return flag in ("1", "true", "yes") or machine not in _X86_64_MACHINES
+
+
+def asm_routines(portable: bool):
+    """The table entries assembled from asm/ (none in a portable build)."""
+    return [] if portable else [r for r in routines() if r.source.startswith("asm/")]
+
+
+def sources(portable: bool) -> list[str]:
+    """Every C and assembly source of the module, relative to the root."""
+    c_files = sorted(p.relative_to(ROOT).as_posix() for p in CSRC.glob("*.c"))
+    return c_files + [r.source for r in asm_routines(portable)]
+
+
+def cdef_text(portable: bool) -> str:
+    """The declarations handed to ffi.cdef()."""
+    parts = []
+    for header in sorted(CSRC.glob("*.h")):
+        text = header.read_text()
+        if "BEGIN CDEF" not in text:
+            continue
+        body = text.split("/* BEGIN CDEF */", 1)[1].split("/* END CDEF */", 1)[0]
+        parts.append(body)
+    for r in asm_routines(portable):
+        parts.append("void %s(void *dst, size_t len);\n" % r.symbol)
+    return "\n".join(parts)
+
+
+def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -> FFI:
+    if portable is None:
+        portable = is_portable()
+    ffi = FFI()
+    ffi.cdef(cdef_text(portable))
+    includes = "".join('#include "%s"\n' % h.name for h in sorted(CSRC.glob("*.h")))
+    defines = [("CP_PORTABLE", "1")] if portable else []
+    # Sources are given relative to the root: setup.py runs from there, and
+    # absolute paths would put the objects' full paths into the build tree.
+    ffi.set_source(
+        module,
+        includes + "".join("void %s(void *dst, size_t len);\n" % r.symbol
+                           for r in asm_routines(portable)),
+        sources=[str(ROOT / s) if os.getcwd() != str(ROOT) else s
+                 for s in sources(portable)],
+        include_dirs=[str(CSRC), str(ASM)],
+        define_macros=defines,
+        extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
+        extra_link_args=LINK_ARGS,
+    )
+    return ffi
+
+
+ffi = make_ffi()
+
+if __name__ == "__main__":
+    ffi.compile(verbose=True)
