@@ -128,7 +128,18 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
         why.append(("vector_max", "no ERMS: memset's vector stores up to the streaming threshold"))
 
     if last:
-        if cpu.is_amd:
+        # A guest may see the host's whole L3 in CPUID, shared with tenants
+        # it cannot see; that shows as more L3 per visible core than any
+        # real part has (they have at most a few times their L2).  Measured
+        # in a 2-vCPU guest of a 300 MiB-L3 host: streaming stores already
+        # won from ~2-4x the L2.  Calibration replaces this guess.
+        per_core = last // max(1, cpu.cores)
+        if "hypervisor" in cpu.features and cpu.l2 and per_core > 16 * cpu.l2:
+            nt_min = 4 * cpu.l2
+            why.append(("nt_min", "4x the %s L2: under a hypervisor the %s L3 is the "
+                        "host's, shared with unseen guests" % (format_size(cpu.l2),
+                                                               format_size(last))))
+        elif cpu.is_amd:
             # aocl-libmem streams above the L3 (of one CCX, which is what
             # 0x8000001D describes); rep stosb there turns non-temporal
             # around the same size anyway.

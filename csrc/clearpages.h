@@ -35,6 +35,7 @@ enum {
     CP_FEAT_CLZERO,
     CP_FEAT_OSXSAVE,
     CP_FEAT_SSE2,
+    CP_FEAT_HYPERVISOR,
     CP_FEAT_COUNT
 };
 

@@ -29,6 +29,7 @@ static const char *const feature_names[CP_FEAT_COUNT] = {
     [CP_FEAT_CLZERO] = "clzero",
     [CP_FEAT_OSXSAVE] = "osxsave",
     [CP_FEAT_SSE2] = "sse2",
+    [CP_FEAT_HYPERVISOR] = "hypervisor",
 };
 
 const char *cp_feature_name(int bit)
@@ -199,6 +200,7 @@ void cp_cpu_decode(const struct cp_cpuid_leaf *leaves, size_t n,
 #define SET(feat, cond) do { if (cond) f |= 1ull << (feat); } while (0)
     SET(CP_FEAT_SSE2, bit(l1, 'd', 26));
     SET(CP_FEAT_OSXSAVE, bit(l1, 'c', 27));
+    SET(CP_FEAT_HYPERVISOR, bit(l1, 'c', 31));   /* running as a guest */
     SET(CP_FEAT_AVX2, bit(l7, 'b', 5));
     SET(CP_FEAT_ERMS, bit(l7, 'b', 9));
     SET(CP_FEAT_AVX512F, bit(l7, 'b', 16));
