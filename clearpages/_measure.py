@@ -1,0 +1,352 @@
+"""The measurement engine behind ``bench`` and ``calibrate`` (and bench/).
+
+Every candidate at one size clears the same prefaulted buffer, in one
+process, interleaved: each repeat times every candidate once, in an order
+rotated from repeat to repeat, so that a change in the machine's load or
+clock lands on all of them alike instead of on whichever ran last.
+
+A sample is one untimed call (so the buffer is in the state that
+candidate leaves it in: cache-hot after ordinary stores, flushed after
+streaming ones) followed by ``calls`` timed calls; ``calls`` is scaled so
+that a sample lasts about ``target_s``, which makes a 4 KiB clear a loop of
+thousands of calls and a 256 MiB clear a single call.  Python's call
+overhead is in every figure, as it is in every real ``clear``; it is the
+same for the routines (one direct cffi call each) and for ``auto``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import math
+import mmap
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from . import _core
+from ._native import ffi
+from ._routines import BY_NAME
+
+HUGE = 2 << 20
+
+#: The competitors: what a Python user would write instead of clearpages.
+MEMSET = "memset"
+NUMPY_FILL = "numpy.fill"
+NUMPY_ASSIGN = "numpy[...]=0"
+AUTO = "auto"
+COMPETITORS = (MEMSET, NUMPY_FILL, NUMPY_ASSIGN)
+
+#: Above this many times the largest cache, a warm-up call cannot change
+#: the cache state the timed calls see, so it is skipped to save time.
+NO_WARMUP_FACTOR = 4
+
+
+def have_numpy() -> bool:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class Buffer:
+    """An anonymous mapping, 2 MiB aligned, THP-advised and prefaulted.
+
+    ``ptr`` (cffi ``char *``), ``address`` (int) and ``view`` (memoryview)
+    all describe the same ``size`` bytes; ``numpy()`` is a uint8 array over
+    them.  Use it as a context manager so the mapping is unmapped when done.
+    """
+
+    def __init__(self, size: int, *, huge: bool = True) -> None:
+        if size < 1:
+            raise ValueError("buffer size must be at least 1 byte, not %r" % (size,))
+        self.size = size
+        self._map = mmap.mmap(-1, size + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        base = ffi.from_buffer(self._map)
+        start = int(ffi.cast("uintptr_t", base))
+        self.offset = (-start) % HUGE
+        self.huge = False
+        if huge and hasattr(mmap, "MADV_HUGEPAGE") and size >= HUGE:
+            try:
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+                self.huge = True
+            except OSError:
+                pass        # THP off or not compiled in: 4 KiB pages then
+        self._base = base
+        self.ptr = ffi.cast("char *", base) + self.offset
+        self.address = start + self.offset
+        self.view = memoryview(self._map)[self.offset:self.offset + size]
+        # Prefault: every page exists before anything is timed.
+        ctypes.memset(self.address, 1, size)
+        self._numpy: Any = None
+
+    def numpy(self) -> Any:
+        if self._numpy is None:
+            import numpy as np
+
+            self._numpy = np.frombuffer(self._map, dtype=np.uint8, count=self.size,
+                                        offset=self.offset)
+        return self._numpy
+
+    def close(self) -> None:
+        self._numpy = None
+        self.view.release()
+        del self.ptr
+        ffi.release(self._base)
+        self._map.close()
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """Something that clears a buffer: a routine, ``auto``, a competitor, or
+    a routine run with threads.  ``bind(buffer, size)`` returns (fn, args)
+    such that ``fn(*args)`` clears the first ``size`` bytes."""
+
+    name: str
+    kind: str
+    """'routine', 'auto', 'competitor' or 'threads'."""
+    bind: Callable[[Buffer, int], tuple[Callable[..., Any], tuple[Any, ...]]]
+
+
+def _bind_routine(name: str) -> Callable[[Buffer, int], Any]:
+    def bind(buf: Buffer, size: int) -> Any:
+        return _core._state.direct[name], (buf.ptr, size)
+    return bind
+
+
+def _bind_auto(buf: Buffer, size: int) -> Any:
+    return _core.clear, (buf.view[:size],)
+
+
+def _bind_memset(buf: Buffer, size: int) -> Any:
+    return ctypes.memset, (buf.address, 0, size)
+
+
+def _bind_numpy_fill(buf: Buffer, size: int) -> Any:
+    return buf.numpy()[:size].fill, (0,)
+
+
+def _bind_numpy_assign(buf: Buffer, size: int) -> Any:
+    return buf.numpy()[:size].__setitem__, (Ellipsis, 0)
+
+
+def routine(name: str) -> Candidate:
+    """A routine called directly (the lean path ``auto`` itself uses)."""
+    return Candidate(name, "routine", _bind_routine(name))
+
+
+def threaded(name: str, threads: int) -> Candidate:
+    """clear(method=name, threads=threads): the native job path."""
+    def bind(buf: Buffer, size: int) -> Any:
+        return functools.partial(_core.clear, buf.view[:size], method=name,
+                                 threads=threads), ()
+    return Candidate("%s x%d" % (name, threads), "threads", bind)
+
+
+def auto() -> Candidate:
+    return Candidate(AUTO, "auto", _bind_auto)
+
+
+def competitor(name: str) -> Candidate:
+    binds = {MEMSET: _bind_memset, NUMPY_FILL: _bind_numpy_fill,
+             NUMPY_ASSIGN: _bind_numpy_assign}
+    if name not in binds:
+        raise ValueError("unknown competitor %r; known: %s" % (name, ", ".join(binds)))
+    return Candidate(name, "competitor", binds[name])
+
+
+def known_names() -> tuple[str, ...]:
+    """Every name ``candidates`` accepts on this machine."""
+    extra = COMPETITORS if have_numpy() else (MEMSET,)
+    return (AUTO,) + _core.methods() + extra
+
+
+def candidates(names: Iterable[str] | None = None) -> list[Candidate]:
+    """Candidates by name (None: auto, every usable routine, every competitor
+    available).  A routine this CPU cannot run raises UnsupportedMethod; an
+    unknown name, or a numpy competitor without numpy, raises ValueError."""
+    if names is None:
+        names = known_names()
+    out = []
+    for name in names:
+        if name == AUTO:
+            out.append(auto())
+        elif name in BY_NAME:
+            _core._state.check("method %r" % name, name)
+            out.append(routine(name))
+        elif name in COMPETITORS:
+            if name != MEMSET and not have_numpy():
+                raise ValueError("%s needs numpy, which is not installed" % name)
+            out.append(competitor(name))
+        else:
+            raise ValueError("unknown method %r; use one of: %s"
+                             % (name, ", ".join(known_names())))
+    return out
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One candidate at one size: seconds per call, one entry per repeat."""
+
+    name: str
+    kind: str
+    size: int
+    calls: int
+    """Timed calls per sample."""
+    samples: list[float]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples)
+
+    def gbps(self, seconds: float) -> float:
+        return self.size / seconds / 1e9 if seconds > 0 else math.inf
+
+    @property
+    def median(self) -> float:
+        """GB/s (10**9 bytes per second) at the median time."""
+        return self.gbps(self.median_s)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """(low, high) GB/s: the interquartile range of the samples."""
+        s = sorted(self.samples)
+        if len(s) < 2:
+            return self.median, self.median
+        q = statistics.quantiles(s, n=4, method="inclusive")
+        return self.gbps(q[2]), self.gbps(q[0])
+
+    @property
+    def extremes(self) -> tuple[float, float]:
+        """(slowest, fastest) GB/s."""
+        return self.gbps(max(self.samples)), self.gbps(min(self.samples))
+
+    @property
+    def rel_spread(self) -> float:
+        """The interquartile range as a fraction of the median."""
+        lo, hi = self.quartiles
+        med = self.median
+        return (hi - lo) / med if med and math.isfinite(med) else 0.0
+
+    def merge(self, other: Measurement) -> None:
+        """Pool another round of samples of the same thing."""
+        self.samples.extend(other.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        lo, hi = self.quartiles
+        slow, fast = self.extremes
+        return {"name": self.name, "kind": self.kind, "size": self.size,
+                "gbps_median": self.median, "gbps_q1": lo, "gbps_q3": hi,
+                "gbps_min": slow, "gbps_max": fast, "calls_per_sample": self.calls,
+                "repeats": len(self.samples), "seconds_per_call": list(self.samples)}
+
+
+def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> float:
+    """Seconds per call over ``calls`` back-to-back calls."""
+    rng = range(calls)
+    clock = time.perf_counter_ns
+    t0 = clock()
+    for _ in rng:
+        fn(*args)
+    return (clock() - t0) / 1e9 / calls
+
+
+def _calls_for(fn: Callable[..., Any], args: tuple[Any, ...], target_s: float,
+               max_calls: int) -> int:
+    """How many calls make a sample of about target_s."""
+    calls = 1
+    while True:
+        per = _time_calls(fn, args, calls)
+        spent = per * calls
+        if spent >= target_s / 8 or calls >= max_calls:
+            break
+        calls *= 8
+    return max(1, min(max_calls, int(target_s / per) if per > 0 else max_calls))
+
+
+def measure_size(buf: Buffer, size: int, cands: Sequence[Candidate], *,
+                 repeat: int = 7, target_s: float = 0.002, budget_s: float = 2.0,
+                 min_repeat: int = 3, warmup: bool | None = None,
+                 max_calls: int = 1_000_000,
+                 tick: Callable[[], None] | None = None) -> dict[str, Measurement]:
+    """Time every candidate at one size, interleaved; {name: Measurement}.
+
+    ``repeat`` samples each, fewer (not under ``min_repeat``) where that
+    many would take longer than ``budget_s``.  ``tick`` is called after each
+    repeat (progress).
+    """
+    if size > buf.size:
+        raise ValueError("size %d is larger than the buffer (%d)" % (size, buf.size))
+    if warmup is None:
+        last = _core.cpu().last_cache
+        warmup = not last or size <= NO_WARMUP_FACTOR * last
+    bound = [(c, *c.bind(buf, size)) for c in cands]
+    calls = {}
+    cost = 0.0
+    for c, fn, args in bound:
+        fn(*args)
+        calls[c.name] = _calls_for(fn, args, target_s, max_calls)
+        cost += _time_calls(fn, args, 1) * (calls[c.name] + (1 if warmup else 0))
+    n = max(1, repeat)
+    if cost * n > budget_s:
+        n = max(min(min_repeat, n), int(budget_s / cost) if cost > 0 else n)
+    results = {c.name: Measurement(c.name, c.kind, size, calls[c.name], [])
+               for c in cands}
+    for r in range(n):
+        shift = r % len(bound)
+        for c, fn, args in bound[shift:] + bound[:shift]:
+            if warmup:
+                fn(*args)
+            results[c.name].samples.append(_time_calls(fn, args, calls[c.name]))
+        if tick is not None:
+            tick()
+    return results
+
+
+def measure(sizes: Sequence[int], cands: Sequence[Candidate], *, repeat: int = 7,
+            target_s: float = 0.002, budget_s: float = 2.0,
+            progress: Callable[[int, int, int], None] | None = None,
+            buffer: Buffer | None = None) -> list[dict[str, Measurement]]:
+    """measure_size for each size over one buffer of the largest size.
+
+    progress(done, total, size) is called as repeats finish (total is an
+    upper bound: repeats may be cut to fit the budget)."""
+    if not sizes:
+        return []
+    own = buffer is None
+    buf = buffer or Buffer(max(sizes))
+    total = len(sizes) * max(1, repeat)
+    done = [0]
+    out = []
+    try:
+        for size in sizes:
+            def tick(size: int = size) -> None:
+                done[0] += 1
+                if progress is not None:
+                    progress(done[0], total, size)
+            start = done[0]
+            out.append(measure_size(buf, size, cands, repeat=repeat, target_s=target_s,
+                                    budget_s=budget_s, tick=tick))
+            # Repeats cut by the budget: count them as done for the bar.
+            done[0] = start + max(1, repeat)
+            if progress is not None:
+                progress(done[0], total, size)
+    finally:
+        if own:
+            buf.close()
+    return out
+
+
+def differs(a: Measurement, b: Measurement, floor: float = 0.03) -> float:
+    """The noise level for comparing a and b: the larger relative IQR,
+    not under ``floor``."""
+    return max(floor, a.rel_spread, b.rel_spread)
