@@ -1,0 +1,87 @@
+"""Shared fixtures: one parametrization over every routine, guarded buffers,
+and a way to change the CLEARPAGES_* configuration and put it back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import clearpages as cp
+from clearpages import _core
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Guard bytes on each side of a cleared range, and the value they hold.
+GUARD = 256
+FILL = 0xA5
+
+
+def _missing(name: str) -> str | None:
+    return _core._state.missing(name)
+
+
+@pytest.fixture(params=cp.ALL_METHODS)
+def method(request):
+    """Every routine the package knows; skipped where this machine lacks it
+    (test_methods.py checks that those raise UnsupportedMethod instead)."""
+    name = request.param
+    if name not in cp.methods():
+        pytest.skip("%s: %s" % (name, _missing(name)))
+    return name
+
+
+@pytest.fixture(params=("auto",) + cp.ALL_METHODS)
+def any_method(request):
+    """"auto" and every available routine."""
+    name = request.param
+    if name != "auto" and name not in cp.methods():
+        pytest.skip("%s: %s" % (name, _missing(name)))
+    return name
+
+
+@pytest.fixture
+def config():
+    """reload_config(env) for the test, then back to the process environment."""
+    yield cp.reload_config
+    cp.reload_config()
+
+
+def guarded(np, n: int, offset: int = 0, fill: int = FILL):
+    """(whole, view): a numpy uint8 buffer filled with `fill` and the n-byte
+    slice of it that starts `offset` bytes past a 64-byte boundary, with at
+    least GUARD bytes before and after."""
+    whole = np.full(n + offset + 2 * GUARD + 64, fill, dtype=np.uint8)
+    base = whole.__array_interface__["data"][0]
+    start = GUARD + (-(base + GUARD) % 64) + offset
+    return whole, whole[start:start + n], start
+
+
+def check_guarded(np, whole, start: int, n: int, fill: int = FILL) -> None:
+    """The n bytes at start are zero and every other byte still holds fill."""
+    inside = whole[start:start + n]
+    if inside.any():
+        bad = int(np.flatnonzero(inside)[0])
+        raise AssertionError("byte %d of %d not cleared (0x%02x)" % (bad, n, inside[bad]))
+    for name, part, at in (("before", whole[:start], 0), ("after", whole[start + n:], start + n)):
+        if (part != fill).any():
+            bad = int(np.flatnonzero(part != fill)[0])
+            raise AssertionError("byte written %s the buffer: offset %d holds 0x%02x"
+                                 % (name, at + bad - start, part[bad]))
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 60,
+               **kw) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter with this checkout first on the path."""
+    full_env = dict(os.environ)
+    for k in list(full_env):
+        if k.startswith("CLEARPAGES_"):
+            del full_env[k]
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=timeout, **kw)
