@@ -119,11 +119,12 @@ def _refuse(buf: Any, err: BaseException | None) -> Any:
         if mv.readonly:
             raise TypeError("the %s is read-only; clearpages only clears writable "
                             "buffers and left it unchanged" % type(buf).__name__)
-        if not mv.c_contiguous and not mv.f_contiguous:
+        if not mv.c_contiguous:
+            # Fortran-ordered arrays too: from_buffer asks for C order.
             if type(buf).__module__.split(".")[0] == "numpy":
                 return _numpy_runs(buf)
             raise ValueError(
-                "the %s is not contiguous; pass a contiguous buffer or a numpy array "
+                "the %s is not C-contiguous; pass a C-contiguous buffer or a numpy array "
                 "(whose strided views clearpages clears run by run)" % type(buf).__name__)
     raise TypeError("cannot clear %s: %s" % (type(buf).__name__, err))
 
@@ -132,7 +133,10 @@ def _numpy_runs(a: Any) -> tuple[Any, Any, int]:
     """(addresses, lengths, nbytes) of the contiguous runs of a strided array."""
     import numpy as np
 
-    dims = [(s, st) for s, st in zip(a.shape, a.strides) if s != 1]
+    # Innermost (smallest) strides last whatever the order, so that Fortran
+    # order and transposes collapse into long runs: order does not matter.
+    dims = sorted(((s, st) for s, st in zip(a.shape, a.strides) if s != 1),
+                  key=lambda d: abs(d[1]), reverse=True)
     run = a.itemsize
     while dims and dims[-1][1] == run:
         run *= dims[-1][0]
@@ -254,12 +258,14 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
             st = _state
             n = len(c)
             if n <= st.fast_limit:
-                if n < st.fast_small:
-                    st.fn_small(c, n)
-                elif n < st.fast_nt:
-                    st.fn_temporal(c, n)
-                else:
+                # The same order as _policy.decide, so plan() tells the truth
+                # even when CLEARPAGES_NT_THRESHOLD is below vector_max.
+                if n >= st.fast_nt:
                     st.fn_nt(c, n)
+                elif n < st.fast_small:
+                    st.fn_small(c, n)
+                else:
+                    st.fn_temporal(c, n)
                 return
     _clear(buf, method, threads, hot)
 
@@ -334,7 +340,7 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
     try:
         cds = [_from_buffer(_CHARS, b, True) for b in bufs]
     except (TypeError, BufferError, ValueError):
-        addrs, lens = _many_slow(bufs)
+        addrs, lens, keep = _many_slow(bufs)   # noqa: F841 (exports held until done)
         total = sum(lens)
         if not lens:
             return
@@ -352,9 +358,11 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
          name, chunk, n_threads)
 
 
-def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int]]:
-    """Addresses and lengths of every piece, Regions and strided arrays too;
-    raises (before anything is written) on the first unusable buffer."""
+def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int], list[Any]]:
+    """Addresses and lengths of every piece, Regions and strided arrays too,
+    and the buffer exports that must outlive the clear (they stop a resize or
+    close in another thread); raises (before anything is written) on the
+    first unusable buffer."""
     addrs: list[int] = []
     lens: list[int] = []
     keep = []
@@ -370,7 +378,7 @@ def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int]]:
         else:
             addrs.extend(int(a) for a in runs[0])
             lens.extend(int(m) for m in runs[1])
-    return addrs, lens
+    return addrs, lens, keep
 
 
 _INT_CODES = frozenset("bBhHiIlLqQ")
