@@ -1,0 +1,377 @@
+"""Every kind of writable buffer is cleared (and only it); every read-only
+one is refused with TypeError and left exactly as it was."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import mmap
+
+import pytest
+
+import clearpages as cp
+
+np = pytest.importorskip("numpy")
+
+#: Ways to call clear: the lean path, explicit temporal / streaming
+#: routines, native threads (a job), and a job of pieces via hot=.
+CALLS = [
+    pytest.param({}, id="auto"),
+    pytest.param({"method": "libc"}, id="libc"),
+    pytest.param({"method": "rep_stosb"}, id="rep_stosb"),
+    pytest.param({"method": "movnti"}, id="movnti"),
+    pytest.param({"threads": 2}, id="threads2"),
+    pytest.param({"threads": "auto", "method": "mov_loop"}, id="threads_auto"),
+]
+
+
+def _call_ok(kw):
+    m = kw.get("method")
+    if m is not None and m not in cp.methods():
+        pytest.skip("%s is not available here" % m)
+
+
+def _pattern(n: int) -> bytes:
+    return bytes((i * 7 + 1) % 255 + 1 for i in range(n))      # never zero
+
+
+# ---- contiguous buffers of every kind -----------------------------------
+
+def _bytearray(n):
+    b = bytearray(_pattern(n))
+    return b, b, lambda: bytes(b) == bytes(n)
+
+
+def _memoryview(n):
+    b = bytearray(_pattern(n))
+    return memoryview(b), b, lambda: bytes(b) == bytes(n)
+
+
+def _mv_slice(n):
+    b = bytearray(_pattern(n + 100))
+    before = bytes(b)
+    return (memoryview(b)[37:37 + n], b,
+            lambda: b[:37] == before[:37] and b[37 + n:] == before[37 + n:]
+            and not any(b[37:37 + n]))
+
+
+def _mv_cast(n):
+    n = max(n, 1)
+    b = bytearray(_pattern(n * 8))
+    mv = memoryview(b).cast("d").cast("B").cast("i", shape=[2, n])
+    return mv, b, lambda: not any(b)
+
+
+def _mmap_anon(n):
+    m = mmap.mmap(-1, max(n, 1))
+    m.write(_pattern(max(n, 1)))
+    return m, m, lambda: m[:] == bytes(max(n, 1)) if n else True
+
+
+def _mmap_file(n, tmp_path, access=mmap.ACCESS_WRITE):
+    p = tmp_path / "data.bin"
+    p.write_bytes(_pattern(n + 4096))
+    f = open(p, "r+b")
+    m = mmap.mmap(f.fileno(), 0, access=access)
+    f.close()
+    mv = memoryview(m)[4096:4096 + n] if access == mmap.ACCESS_WRITE else m
+
+    def check():
+        if access == mmap.ACCESS_WRITE:
+            ok = m[4096:4096 + n] == bytes(n) and m[:4096] == _pattern(n + 4096)[:4096]
+            m.flush()
+            return ok and p.read_bytes()[4096:] == bytes(n)
+        return m[:] == bytes(n + 4096) and p.read_bytes() == _pattern(n + 4096)
+    return mv, m, check
+
+
+def _array(code):
+    def make(n):
+        a = array.array(code, [(i % 100) + 1 for i in range(max(n // 4, 1))])
+        return a, a, lambda: all(v == 0 for v in a)
+    return make
+
+
+def _ctypes(ctype):
+    def make(n):
+        count = max(n // ctypes.sizeof(ctype), 1)
+        a = (ctype * count)()
+        ctypes.memset(a, 0x5A, ctypes.sizeof(a))
+        return a, a, lambda: bytes(memoryview(a).cast("B")) == bytes(ctypes.sizeof(a))
+    return make
+
+
+class _S(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_double * 40), ("c", ctypes.c_char * 13)]
+
+
+def _ctypes_struct(n):
+    s = _S()
+    ctypes.memset(ctypes.byref(s), 0x33, ctypes.sizeof(s))
+    return s, s, lambda: bytes(memoryview(s).cast("B")) == bytes(ctypes.sizeof(s))
+
+
+KINDS = {
+    "bytearray": _bytearray,
+    "memoryview": _memoryview,
+    "memoryview_slice": _mv_slice,
+    "memoryview_cast_2d": _mv_cast,
+    "mmap_anonymous": _mmap_anon,
+    "array_b": _array("b"),
+    "array_H": _array("H"),
+    "array_i": _array("i"),
+    "array_q": _array("q"),
+    "array_f": _array("f"),
+    "array_d": _array("d"),
+    "ctypes_char": _ctypes(ctypes.c_char),
+    "ctypes_int": _ctypes(ctypes.c_int),
+    "ctypes_double": _ctypes(ctypes.c_double),
+    "ctypes_structure": _ctypes_struct,
+}
+
+
+@pytest.mark.parametrize("kw", CALLS)
+@pytest.mark.parametrize("n", [0, 1, 255, 4097, 200_003])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_buffer_kinds(kind, n, kw):
+    _call_ok(kw)
+    obj, keep, check = KINDS[kind](n)
+    cp.clear(obj, **kw)
+    assert check()
+
+
+@pytest.mark.parametrize("kw", CALLS)
+@pytest.mark.parametrize("access", [mmap.ACCESS_WRITE, mmap.ACCESS_COPY])
+def test_mmap_file(tmp_path, access, kw):
+    _call_ok(kw)
+    n = 3 * 4096 + 5
+    obj, m, check = _mmap_file(n, tmp_path, access)
+    cp.clear(obj, **kw)
+    if access == mmap.ACCESS_COPY:
+        # Copy-on-write: the mapping is cleared, the file is not.
+        assert m[:] == bytes(len(m))
+        assert (tmp_path / "data.bin").read_bytes() == _pattern(n + 4096)
+    else:
+        assert check()
+    del obj
+    m.close()
+
+
+# ---- numpy: dtypes, shapes, orders, strided views -----------------------
+
+DTYPES = [np.uint8, np.int16, np.int32, np.float32, np.float64, np.complex128, np.bool_,
+          np.dtype([("a", np.int8), ("b", np.float64)]), np.dtype("S3")]
+
+
+def _raw(a):
+    """The bytes of a contiguous array (either order), as a uint8 view."""
+    return a.reshape(-1, order="A").view(np.uint8)
+
+
+def _filled(shape, dtype, order="C"):
+    a = np.zeros(shape, dtype=dtype, order=order)
+    _raw(a)[:] = 0x7B
+    return a
+
+
+@pytest.mark.parametrize("kw", CALLS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(0,), (7,), (3, 5, 7), (64, 1, 33), (1000, 3)])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_numpy_contiguous(dtype, shape, order, kw):
+    _call_ok(kw)
+    a = _filled(shape, dtype, order)
+    cp.clear(a, **kw)
+    assert not _raw(a).any()
+
+
+VIEWS = {
+    "every_other": lambda a: a[::2],
+    "reversed": lambda a: a[::-1],
+    "cols_step3": lambda a: a[:, ::3],
+    "inner_box": lambda a: a[1:-1, 2:-2],
+    "transpose": lambda a: a.T,
+    "transposed_slice": lambda a: a.T[::2, 1:],
+    "negative_2d": lambda a: a[::-2, ::-3],
+    "column": lambda a: a[:, 4],
+    "empty_slice": lambda a: a[3:3, ::2],
+    "3d_mixed": lambda a: a.reshape(6, 5, 14)[1:, ::2, ::-4],
+    "field_of_record": None,
+}
+
+
+@pytest.mark.parametrize("kw", [c for c in CALLS])
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64, np.complex128], ids=str)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_numpy_strided_views_clear_only_their_elements(view, dtype, order, kw):
+    """A strided view is cleared element by element and every element
+    outside it keeps its value (checked against numpy doing the same)."""
+    _call_ok(kw)
+    if view == "field_of_record":
+        base = np.zeros(40, dtype=[("a", np.int32), ("b", dtype), ("c", np.int16)])
+        base.view(np.uint8)[:] = 0x41
+        want = base.copy()
+        want["b"] = 0
+        cp.clear(base["b"], **kw)
+        assert base.tobytes() == want.tobytes()
+        return
+    base = np.arange(1, 30 * 14 + 1).astype(dtype).reshape(30, 14)
+    base = np.asarray(base, order=order)
+    want = base.copy(order="K")
+    v = VIEWS[view](base)
+    VIEWS[view](want)[...] = 0
+    cp.clear(v, **kw)
+    assert np.array_equal(base, want), view
+    assert not np.asarray(v).astype(bool).any() if v.size else True
+
+
+def test_strided_numpy_refuses_hot():
+    a = np.ones((10, 10))
+    with pytest.raises(ValueError, match="strided"):
+        cp.clear(a[:, ::2], hot=(0, 8))
+    assert a.all()
+
+
+@pytest.mark.parametrize("kw", CALLS)
+def test_non_contiguous_memoryview_is_refused_untouched(kw):
+    _call_ok(kw)
+    b = bytearray(_pattern(100))
+    with pytest.raises(ValueError, match="contiguous"):
+        cp.clear(memoryview(b)[::2], **kw)
+    with pytest.raises(ValueError, match="contiguous"):
+        cp.clear_many([bytearray(5), memoryview(b)[::3]], **kw)
+    assert b == bytearray(_pattern(100))
+
+
+def test_fortran_memoryview_without_numpy_object():
+    """A Fortran-ordered buffer that is not a numpy array: cleared or a
+    ValueError that says so; never a wrong clear."""
+    a = _filled((6, 7), np.int32, "F")
+    mv = memoryview(a)
+    assert not mv.c_contiguous and mv.f_contiguous
+    try:
+        cp.clear(mv)
+    except ValueError as e:
+        assert "contiguous" in str(e)
+        assert (_raw(a) == 0x7B).all()
+    else:
+        assert not a.any()
+
+
+# ---- read-only buffers --------------------------------------------------
+
+def _ro_bytes():
+    b = _pattern(5000)
+    return b, lambda: b == _pattern(5000)
+
+
+def _ro_mv_bytes():
+    b = _pattern(5000)
+    return memoryview(b), lambda: b == _pattern(5000)
+
+
+def _ro_mv_toreadonly():
+    b = bytearray(_pattern(5000))
+    return memoryview(b).toreadonly(), lambda: b == bytearray(_pattern(5000))
+
+
+def _ro_mv_toreadonly_slice():
+    b = bytearray(_pattern(5000))
+    return memoryview(b).toreadonly()[10:4000], lambda: b == bytearray(_pattern(5000))
+
+
+def _ro_numpy():
+    a = np.arange(1, 1001, dtype=np.int64)
+    a.flags.writeable = False
+    return a, lambda: np.array_equal(a, np.arange(1, 1001))
+
+
+def _ro_numpy_strided():
+    a = np.arange(1, 1001, dtype=np.int64).reshape(10, 100)
+    a.flags.writeable = False
+    return a[:, ::3], lambda: np.array_equal(a, np.arange(1, 1001).reshape(10, 100))
+
+
+def _ro_numpy_fortran():
+    a = np.asfortranarray(np.arange(1, 1001, dtype=np.int64).reshape(10, 100))
+    a.flags.writeable = False
+    return a, lambda: np.array_equal(a, np.arange(1, 1001).reshape(10, 100))
+
+
+def _ro_numpy_frombuffer_bytes():
+    b = _pattern(4096)
+    return np.frombuffer(b, dtype=np.uint8), lambda: b == _pattern(4096)
+
+
+def _ro_mmap_prot_read():
+    m = mmap.mmap(-1, 8192, prot=mmap.PROT_READ)
+    return m, lambda: m[:] == bytes(8192)
+
+
+RO_KINDS = {
+    "bytes": _ro_bytes,
+    "memoryview_of_bytes": _ro_mv_bytes,
+    "memoryview_toreadonly": _ro_mv_toreadonly,
+    "memoryview_toreadonly_slice": _ro_mv_toreadonly_slice,
+    "numpy_not_writeable": _ro_numpy,
+    "numpy_not_writeable_strided": _ro_numpy_strided,
+    "numpy_not_writeable_fortran": _ro_numpy_fortran,
+    "numpy_frombuffer_bytes": _ro_numpy_frombuffer_bytes,
+    "mmap_prot_read": _ro_mmap_prot_read,
+}
+
+RO_CALLS = CALLS + [pytest.param({"hot": (0, 16)}, id="hot")]
+
+
+@pytest.mark.parametrize("kw", RO_CALLS)
+@pytest.mark.parametrize("kind", sorted(RO_KINDS))
+def test_read_only_is_refused_unchanged(kind, kw):
+    _call_ok(kw)
+    kw = dict(kw)
+    obj, unchanged = RO_KINDS[kind]()
+    with pytest.raises(TypeError):
+        cp.clear(obj, **kw)
+    assert unchanged()
+    kw.pop("hot", None)
+    writable = bytearray(b"\x01" * 9000)
+    with pytest.raises(TypeError):
+        cp.clear_many([writable, obj], **kw)
+    assert unchanged()
+    assert writable == bytearray(b"\x01" * 9000)
+    with pytest.raises(TypeError):
+        cp.clear_pages(obj, [0], page_size=16, **kw)
+    assert unchanged()
+
+
+@pytest.mark.parametrize("kw", RO_CALLS)
+def test_mmap_access_read_is_refused_unchanged(tmp_path, kw):
+    _call_ok(kw)
+    p = tmp_path / "ro.bin"
+    p.write_bytes(_pattern(8192))
+    with open(p, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear(m, **kw)
+    assert m[:] == _pattern(8192)
+    m.close()
+    assert p.read_bytes() == _pattern(8192)
+
+
+@pytest.mark.parametrize("obj", [b"", "text", 12, None, [1, 2, 3], 3.5, object()],
+                         ids=["empty_bytes", "str", "int", "None", "list", "float", "object"])
+def test_not_a_writable_buffer_is_a_type_error(obj):
+    with pytest.raises(TypeError):
+        cp.clear(obj)
+    with pytest.raises(TypeError):
+        cp.clear(obj, method="libc", threads=2)
+    with pytest.raises(TypeError):
+        cp.clear_many([bytearray(4), obj])
+
+
+def test_error_message_names_the_type():
+    with pytest.raises(TypeError, match="read-only") as e:
+        cp.clear(b"abc")
+    assert "bytes" in str(e.value)
+    with pytest.raises(TypeError, match="str"):
+        cp.clear("abc")
