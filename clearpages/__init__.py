@@ -23,6 +23,7 @@ from ._core import (
 )
 from ._cpu import CPU
 from ._policy import Plan, Thresholds
+from ._region import Region
 from ._routines import ALL_METHODS, ROUTINES
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "PageIndexError",
     "Plan",
     "ROUTINES",
+    "Region",
     "Thresholds",
     "UnsupportedMethod",
     "clear",

@@ -1,0 +1,604 @@
+"""Region: private anonymous memory the package owns, resized at page-table speed.
+
+The memory is exposed through a ctypes array made for it: every memoryview
+or numpy view of the region holds a reference to that array, so its
+reference count tells whether exports exist.  ``close``, ``resize`` and
+``move`` refuse with ``BufferError`` while any do (as ``mmap.resize`` does),
+and the mapping is unmapped only when the array itself dies: a Region that
+is garbage collected while a view lives keeps its memory until the view
+goes.  No view can ever point at unmapped memory.
+
+Moves and resizes go through ``mremap`` to destinations congruent with the
+source modulo 1 GiB, so the kernel moves whole PUD (1 GiB) or PMD (2 MiB)
+entries instead of copying 512 PTEs per 2 MiB.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import gc
+import operator
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from ._native import ffi, lib
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: Page sizes by name: (bytes, kind).
+PAGE_SIZES = {
+    "4k": (4 * KiB, lib.CP_REGION_NORMAL),
+    "2m": (2 * MiB, lib.CP_REGION_THP),
+    "1g": (1 * GiB, lib.CP_REGION_HUGETLB),
+}
+_NAME_OF_BYTES = {b: n for n, (b, _) in PAGE_SIZES.items()}
+
+#: Moves and resizes keep the address modulo this: the largest page-table
+#: entry the kernel moves whole (a PUD on x86-64).
+CONGRUENCE = 1 * GiB
+
+#: move() targets: (residue modulo CONGRUENCE).  Each is aligned to its own
+#: level and deliberately NOT to the next one, as in the kernel's
+#: mremap_test, so a coincidental higher alignment never flatters a result.
+ALIGNMENTS = {
+    "pte": 4 * KiB,     # page-aligned, not 1 MiB-aligned
+    "1m": 1 * MiB,      # 1 MiB-aligned, not 2 MiB-aligned
+    "pmd": 2 * MiB,     # 2 MiB-aligned, not 1 GiB-aligned
+    "pud": 0,           # 1 GiB-aligned
+}
+
+#: Populate in slices so Ctrl-C is answered between them.
+_POPULATE_SLICE = 256 * MiB
+
+_HUGETLB_DIR = "/sys/kernel/mm/hugepages/hugepages-%dkB"
+_THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _address_space_limit() -> int:
+    """Bytes of user address space: 128 TiB, 64 PiB with 5-level paging."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return 1 << 56 if " la57" in line else 1 << 47
+    except OSError:
+        pass
+    return 1 << 47
+
+
+_ADDRESS_SPACE = _address_space_limit()
+
+
+class HugePagesUnavailable(OSError):
+    """hugetlb pages of the requested size cannot be had (errno ENOMEM)."""
+
+
+@dataclass(frozen=True)
+class Backing:
+    """What the kernel actually gave a region, from /proc/self/smaps (bytes)."""
+
+    rss: int                 #: resident
+    anon_huge_pages: int     #: backed by transparent huge pages
+    hugetlb: int             #: backed by hugetlb pages
+    kernel_page_size: int    #: largest KernelPageSize of its mappings
+    thp_eligible: bool       #: THPeligible of every mapping
+    mappings: int            #: how many kernel mappings (VMAs) it spans
+
+    @property
+    def huge(self) -> int:
+        """Bytes backed by huge pages of either kind."""
+        return self.anon_huge_pages + self.hugetlb
+
+
+def _fmt_size(n: int) -> str:
+    for unit, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
+        if n >= unit and n % unit == 0:
+            return "%d %s" % (n // unit, name)
+    return "%d bytes" % n
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def hugetlb_pages(page_bytes: int) -> dict[str, Any]:
+    """The hugetlb pool of one page size: path, nr, free, reserved, surplus
+    (None where the kernel or CPU has no pool of that size)."""
+    d = _HUGETLB_DIR % (page_bytes // KiB)
+    info: dict[str, Any] = {"path": d + "/nr_hugepages"}
+    for key, name in (("nr", "nr_hugepages"), ("free", "free_hugepages"),
+                      ("reserved", "resv_hugepages"), ("surplus", "surplus_hugepages")):
+        info[key] = _read_int(d + "/" + name)
+    return info
+
+
+def _hugetlb_error(size: int, page_bytes: int, err: int,
+                   what: str = "a region of %s") -> HugePagesUnavailable:
+    pool = hugetlb_pages(page_bytes)
+    need = size // page_bytes
+    page = _fmt_size(page_bytes)
+    if pool["nr"] is None:
+        msg = ("%s hugetlb pages are not available on this system (no %s): the CPU or "
+               "kernel lacks them; use page_size='2m' or '4k'"
+               % (page, pool["path"].rsplit("/", 1)[0]))
+    else:
+        usable = max(0, (pool["free"] or 0) - (pool["reserved"] or 0))
+        msg = (what + " needs %d hugetlb page%s of %s, but only %d of %d %s free "
+               "and unreserved; reserve more as root with `echo %d > %s` (or boot with "
+               "hugepagesz=%s hugepages=%d)") % (_fmt_size(size), need, "" if need == 1 else "s", page, usable,
+                  pool["nr"], "is" if usable == 1 else "are",
+                  pool["nr"] + need - usable, pool["path"],
+                  page.replace(" GiB", "G").replace(" MiB", "M"), need)
+    return HugePagesUnavailable(err, "%s (%s)" % (msg, os.strerror(err)))
+
+
+def _thp_mode() -> str | None:
+    try:
+        with open(_THP_ENABLED) as f:
+            text = f.read()
+    except OSError:
+        return None
+    start = text.find("[")
+    return text[start + 1:text.find("]", start)] if start >= 0 else None
+
+
+def _check_size(size: Any, what: str = "size") -> int:
+    if isinstance(size, bool):
+        raise ValueError("%s must be a positive int (bytes), not %r" % (what, size))
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise ValueError("%s must be a positive int (bytes), not %r"
+                         % (what, size)) from None
+    if n <= 0:
+        raise ValueError("%s must be a positive number of bytes, not %d" % (what, n))
+    if n > _ADDRESS_SPACE:
+        raise ValueError("%s %d is larger than the address space (%s)"
+                         % (what, n, _fmt_size(_ADDRESS_SPACE)))
+    return n
+
+
+def _round_up(n: int, page: int) -> int:
+    return -(-n // page) * page
+
+
+def _table_alignment(size: int, page: int) -> int:
+    """Place a region at the largest page-table level it can fill, so that
+    later moves can go entry by entry at that level (address space is free)."""
+    for level in (GiB, 2 * MiB):
+        if size >= level:
+            return max(level, page)
+    return page
+
+
+def _memory_type(size: int) -> type:
+    """A fresh ctypes array type of `size` bytes.  Made directly (not
+    c_char * size, which ctypes caches forever) and subclassed in Python so
+    that its instances take weak references (for the finalizer)."""
+    base = type(ctypes.Array)("_RegionBytes", (ctypes.Array,),
+                              {"_type_": ctypes.c_char, "_length_": size})
+    return type("RegionMemory", (base,), {"__module__": __name__})
+
+
+def _unmap(address: int, size: int) -> None:
+    lib.cp_region_unmap(address, size)
+
+
+class Region:
+    """Private anonymous memory: ``Region(size, *, page_size="4k", populate=False)``.
+
+    page_size: "4k" (base pages), "2m" (2 MiB-aligned, MADV_HUGEPAGE: the
+    kernel backs it with transparent huge pages where it can), "1g" (hugetlb
+    1 GiB pages, which must be reserved in advance), "auto" (the largest of
+    those the size fills and the system can give), or the size in bytes.
+    The size rounds up to a whole number of pages.  populate=True faults
+    every page in now (MADV_POPULATE_WRITE), so first touches cost nothing.
+
+    ``view()`` gives a writable memoryview (numpy.frombuffer works on it);
+    while any view lives, close/resize/move raise BufferError.
+    ``clearpages.clear(region)`` and ``clear_many([...])`` take it directly.
+    """
+
+    def __init__(self, size: int, *, page_size: str | int = "4k",
+                 populate: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._array: Any = None
+        self._finalizer: Any = None
+        self._address = 0
+        self._size = 0
+        size = _check_size(size)
+        name = self._page_size_name(page_size, size)
+        if name == "auto":
+            name = self._auto(size)
+            if name == "1g":
+                try:
+                    self._map(size, name)
+                except HugePagesUnavailable:
+                    # Taken between the look at the pool and the mapping.
+                    name = "2m" if _thp_mode() not in (None, "never") else "4k"
+        if self._array is None:
+            self._map(size, name)
+        if populate:
+            self.populate()
+
+    # ---- making -------------------------------------------------------
+
+    @staticmethod
+    def _page_size_name(page_size: Any, size: int) -> str:
+        if isinstance(page_size, str):
+            key = page_size.strip().lower()
+            if key in PAGE_SIZES or key == "auto":
+                return key
+        elif isinstance(page_size, int) and not isinstance(page_size, bool) \
+                and page_size in _NAME_OF_BYTES:
+            return _NAME_OF_BYTES[page_size]
+        raise ValueError("page_size must be one of '4k', '2m', '1g', 'auto' (or %s in "
+                         "bytes), not %r" % (", ".join(str(b) for b, _ in
+                                                        PAGE_SIZES.values()), page_size))
+
+    @staticmethod
+    def _auto(size: int) -> str:
+        if size >= GiB:
+            pool = hugetlb_pages(GiB)
+            need = -(-size // GiB)
+            if (pool["free"] or 0) - (pool["reserved"] or 0) >= need:
+                return "1g"
+        if size >= 2 * MiB and _thp_mode() not in (None, "never"):
+            return "2m"
+        return "4k"
+
+    def _map(self, size: int, name: str) -> None:
+        page, kind = PAGE_SIZES[name]
+        size = _round_up(size, page)
+        if size > _ADDRESS_SPACE:
+            raise ValueError("size %d rounds up to more than the address space" % size)
+        out = ffi.new("uintptr_t *")
+        err = lib.cp_region_map(size, _table_alignment(size, page), kind,
+                                page.bit_length() - 1, out)
+        if err:
+            if kind == lib.CP_REGION_HUGETLB and err in (errno.ENOMEM, errno.EINVAL):
+                raise _hugetlb_error(size, page, err)
+            if err == errno.ENOMEM:
+                raise MemoryError("cannot map a region of %s with %s pages: %s"
+                                  % (_fmt_size(size), name, os.strerror(err)))
+            raise OSError(err, "mmap of a %s region failed: %s"
+                          % (_fmt_size(size), os.strerror(err)))
+        self._page_name = name
+        self._page = page
+        self._kind = kind
+        self._adopt(out[0], size)
+
+    def _adopt(self, address: int, size: int) -> None:
+        """Own the mapping at [address, address + size): a new array over it
+        and a finalizer that unmaps it when the array dies."""
+        array = _memory_type(size).from_address(address)
+        fin = weakref.finalize(array, _unmap, address, size)
+        # At exit the process's memory goes anyway; unmapping then could pull
+        # it from under an object still being torn down.
+        fin.atexit = False
+        self._array, self._finalizer = array, fin
+        self._address, self._size = address, size
+
+    def _release(self) -> tuple[int, int]:
+        """Give up the array (the caller has checked there are no exports);
+        returns (address, size) of the mapping, now owned by the caller."""
+        self._finalizer.detach()
+        self._array = self._finalizer = None
+        return self._address, self._size
+
+    # ---- state --------------------------------------------------------
+
+    @property
+    def address(self) -> int:
+        """Start address of the memory (changes on resize and move)."""
+        self._check_open()
+        return self._address
+
+    @property
+    def size(self) -> int:
+        """Bytes, a whole number of pages (0 once closed)."""
+        return self._size if self._array is not None else 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def page_size(self) -> int:
+        """Bytes per page asked for: 4096, 2 MiB or 1 GiB.  For "2m" the
+        kernel may still use base pages somewhere: see backing()."""
+        return self._page
+
+    @property
+    def page_size_name(self) -> str:
+        """"4k", "2m" or "1g" (what "auto" chose)."""
+        return self._page_name
+
+    @property
+    def closed(self) -> bool:
+        return self._array is None
+
+    def _check_open(self) -> None:
+        if self._array is None:
+            raise ValueError("the Region is closed")
+
+    def _exports(self) -> int:
+        """How many views (memoryviews, numpy arrays, native calls) hold the
+        memory: references to the array beyond ours and getrefcount's own."""
+        return sys.getrefcount(self._array) - 2
+
+    def _settle(self) -> None:
+        """Collect garbage if views seem to exist: a view caught in a
+        reference cycle (a frame kept by a traceback) is dead but still
+        counted until the collector runs.  Called without the lock, as
+        finalizers run here."""
+        array = self._array
+        if array is not None and sys.getrefcount(array) > 3:
+            del array
+            gc.collect()
+
+    def _check_no_exports(self, what: str) -> None:
+        n = self._exports()
+        if n > 0:
+            raise BufferError("cannot %s a Region while %d view%s of it exist%s "
+                              "(release every memoryview and numpy array of it first)"
+                              % (what, n, "" if n == 1 else "s", "s" if n == 1 else ""))
+
+    # ---- buffers ------------------------------------------------------
+
+    def view(self) -> memoryview:
+        """A writable, flat memoryview of unsigned bytes over the region."""
+        with self._lock:
+            self._check_open()
+            with memoryview(self._array) as mv:
+                return mv.cast("B")
+
+    def __buffer__(self, flags: int) -> memoryview:     # Python 3.12+
+        return self.view()
+
+    def _clearpages_extent(self) -> tuple[Any, int]:
+        """(pointer, nbytes) for clearpages.clear: the pointer holds an
+        export of the memory while the native clear runs."""
+        with self._lock:
+            self._check_open()
+            return ffi.from_buffer("char[]", self._array, require_writable=True), self._size
+
+    def _clearpages_discard(self) -> None:
+        self.discard()
+
+    # ---- work ---------------------------------------------------------
+
+    def clear(self, **kw: Any) -> None:
+        """clearpages.clear(self, **kw); method="discard" madvises the pages away."""
+        from ._core import clear
+
+        clear(self, **kw)
+
+    def discard(self) -> None:
+        """Zero the region by handing its pages back (MADV_DONTNEED): the
+        kernel supplies zero pages on the next touch.  Correct because the
+        memory is private and anonymous.  hugetlb regions are cleared in
+        place instead: a discarded hugetlb page returns to the shared pool
+        and its refault could then fail with SIGBUS."""
+        if self._kind == lib.CP_REGION_HUGETLB:
+            from ._core import clear
+
+            clear(self)
+            return
+        with self._lock:
+            self._check_open()
+            err = lib.cp_region_discard(self._address, self._size)
+        if err:
+            raise OSError(err, "madvise(MADV_DONTNEED): %s" % os.strerror(err))
+
+    def populate(self) -> None:
+        """Fault in every page now, writable (contents are kept)."""
+        with self._lock:
+            self._check_open()
+            # Hold the memory (an export) while the lock is released between
+            # slices, so close() from another thread must wait for us.
+            hold = memoryview(self._array)
+            address, size = self._address, self._size
+        try:
+            for off in range(0, size, _POPULATE_SLICE):
+                n = min(_POPULATE_SLICE, size - off)
+                err = lib.cp_region_populate(address + off, n, self._page)
+                if err:
+                    if self._kind == lib.CP_REGION_HUGETLB:
+                        raise _hugetlb_error(size, self._page, err)
+                    if err == errno.ENOMEM:
+                        raise MemoryError("cannot populate %s: out of memory"
+                                          % _fmt_size(size))
+                    raise OSError(err, "populating the region failed: %s"
+                                  % os.strerror(err))
+        finally:
+            hold.release()
+
+    def backing(self) -> Backing:
+        """What the kernel gave, summed over the region's mappings in
+        /proc/self/smaps."""
+        with self._lock:
+            self._check_open()
+            start, end = self._address, self._address + self._size
+        fields = {"Rss": 0, "AnonHugePages": 0, "Private_Hugetlb": 0,
+                  "Shared_Hugetlb": 0, "KernelPageSize": 0}
+        eligible, mappings, inside = True, 0, False
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split(None, 1)[0] if line.strip() else ""
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo < end and hi > start
+                    mappings += inside
+                    continue
+                if not inside:
+                    continue
+                key = head[:-1]
+                if key in fields:
+                    kb = int(line.split()[1]) * KiB
+                    fields[key] = max(fields[key], kb) if key == "KernelPageSize" \
+                        else fields[key] + kb
+                elif key == "THPeligible":
+                    eligible = eligible and line.split()[1] == "1"
+        return Backing(rss=fields["Rss"], anon_huge_pages=fields["AnonHugePages"],
+                       hugetlb=fields["Private_Hugetlb"] + fields["Shared_Hugetlb"],
+                       kernel_page_size=fields["KernelPageSize"],
+                       thp_eligible=eligible and mappings > 0, mappings=mappings)
+
+    def huge_pages(self) -> int:
+        """Bytes of the region the kernel backs with huge pages right now."""
+        return self.backing().huge
+
+    # ---- moving -------------------------------------------------------
+
+    def _piece(self) -> int:
+        # A hugetlb region that grew is several mappings; mremap takes one
+        # at a time, so hugetlb regions move page by page (each a PUD entry).
+        return self._page if self._kind == lib.CP_REGION_HUGETLB else 0
+
+    def _relocate(self, what: str, call: Any) -> int:
+        """Run call(address, size, out) -> (new size, errno) with the memory
+        released from the array; re-adopt the old mapping if it fails."""
+        self._settle()
+        with self._lock:
+            self._check_open()
+            self._check_no_exports(what)
+            address, size = self._release()
+            out = ffi.new("uintptr_t *")
+            try:
+                new_size, err = call(address, size, out)
+            except BaseException:
+                self._adopt(address, size)
+                raise
+            if err:
+                self._adopt(address, size)
+                return err
+            self._adopt(out[0], new_size)
+            return 0
+
+    def resize(self, new_size: int) -> None:
+        """Grow or shrink to new_size (rounded up to whole pages).
+
+        In place where the address space allows; otherwise moved by mremap
+        to an address congruent with the current one modulo 1 GiB, so the
+        kernel moves PUD/PMD entries and copies nothing.  Contents are kept
+        (up to the smaller size), the grown part reads zero, page size and
+        huge-page advice are kept.  BufferError while views exist; on any
+        failure the region is as it was."""
+        new_size = _check_size(new_size, "new_size")
+        self._check_open()
+        new_size = _round_up(new_size, self._page)
+        if new_size > _ADDRESS_SPACE:
+            raise ValueError("new_size rounds up to more than the address space")
+        kind, shift = self._kind, self._page.bit_length() - 1
+
+        def call(address: int, size: int, out: Any) -> tuple[int, int]:
+            return new_size, lib.cp_region_resize(address, size, new_size, kind, shift,
+                                                  CONGRUENCE, out)
+
+        err = self._relocate("resize", call)
+        if err:
+            if kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
+                raise _hugetlb_error(new_size - self._size, self._page, err,
+                                     "growing the region by %s")
+            if err == errno.ENOMEM:
+                raise MemoryError("cannot grow the region to %s: %s"
+                                  % (_fmt_size(new_size), os.strerror(err)))
+            raise OSError(err, "resizing the region failed: %s" % os.strerror(err))
+
+    def move(self, alignment: str) -> int:
+        """Move the region to a fresh address with the given alignment:
+        "pte" (4 KiB, not 1 MiB), "1m" (1 MiB, not 2 MiB), "pmd" (2 MiB, not
+        1 GiB) or "pud" (1 GiB).  Returns the new address.  For tests and
+        benchmarks of page-table moves; a "2m" region moved below PMD
+        alignment loses its huge pages."""
+        if alignment not in ALIGNMENTS:
+            raise ValueError("alignment must be one of %s, not %r"
+                             % (", ".join(map(repr, ALIGNMENTS)), alignment))
+        residue = ALIGNMENTS[alignment]
+        if residue % self._page:
+            raise ValueError("a region of %s pages cannot be %s-aligned"
+                             % (self._page_name, alignment))
+        piece = self._piece()
+
+        def call(address: int, size: int, out: Any) -> tuple[int, int]:
+            return size, lib.cp_region_move_congruent(address, size, piece, CONGRUENCE,
+                                                      residue, out)
+
+        err = self._relocate("move", call)
+        if err:
+            raise OSError(err, "moving the region failed: %s" % os.strerror(err))
+        return self._address
+
+    def move_to(self, address: int) -> None:
+        """Move the region to exactly `address`, which must be a multiple of
+        the page size, free, and not overlap the region: ValueError for the
+        first two faults of the caller, FileExistsError where something is
+        mapped there."""
+        try:
+            dst = operator.index(address)
+        except TypeError:
+            raise ValueError("address must be an int, not %r" % (address,)) from None
+        self._check_open()
+        if dst <= 0 or dst % self._page:
+            raise ValueError("address %#x is not a multiple of the page size (%s)"
+                             % (dst, _fmt_size(self._page)))
+        if dst + self._size > _ADDRESS_SPACE:
+            raise ValueError("address %#x + size is past the address space" % dst)
+        if dst < self._address + self._size and self._address < dst + self._size:
+            raise ValueError("cannot move the region onto itself: [%#x, %#x) overlaps "
+                             "[%#x, %#x)" % (dst, dst + self._size, self._address,
+                                             self._address + self._size))
+        piece = self._piece()
+
+        def call(address: int, size: int, out: Any) -> tuple[int, int]:
+            out[0] = dst
+            return size, lib.cp_region_move_to(address, size, piece, dst)
+
+        err = self._relocate("move", call)
+        if err == errno.EEXIST:
+            raise FileExistsError(err, "cannot move the region to %#x: something is "
+                                  "mapped in [%#x, %#x)" % (dst, dst, dst + self._size))
+        if err:
+            raise OSError(err, "moving the region failed: %s" % os.strerror(err))
+
+    # ---- lifetime -----------------------------------------------------
+
+    def close(self) -> None:
+        """Unmap the memory.  BufferError while views exist; closing twice
+        is allowed."""
+        self._settle()
+        with self._lock:
+            if self._array is None:
+                return
+            self._check_no_exports("close")
+            address, size = self._release()
+            lib.cp_region_unmap(address, size)
+
+    def __enter__(self) -> Region:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a Region is process memory and cannot be pickled; "
+                        "pickle bytes(region.view()) instead")
+
+    def __repr__(self) -> str:
+        name = getattr(self, "_page_name", "?")
+        if self._array is None:
+            return "<clearpages.Region closed page_size=%s>" % name
+        return ("<clearpages.Region %s at %#x page_size=%s>"
+                % (_fmt_size(self._size), self._address, name))

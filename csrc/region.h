@@ -1,0 +1,72 @@
+/*
+ * Regions: private anonymous memory mapped, aligned, populated, discarded,
+ * moved and resized with mmap/madvise/mremap (region.c).
+ *
+ * The kernel moves whole page-table entries when source and destination
+ * share their alignment: a PUD entry (1 GiB) or a PMD entry (2 MiB) per
+ * step instead of 512 PTEs.  Every move here therefore picks a destination
+ * congruent with the source modulo a chosen modulus (1 GiB for resize).
+ *
+ * All functions return 0 or an errno value; none raises a signal.  Nothing
+ * here touches memory it did not map itself: destinations are reserved
+ * first (PROT_NONE) and only those reservations are replaced.
+ */
+#ifndef CLEARPAGES_REGION_H
+#define CLEARPAGES_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* BEGIN CDEF */
+
+/* Kinds of region memory. */
+enum {
+    CP_REGION_NORMAL = 0,    /* base pages */
+    CP_REGION_THP = 1,       /* base pages with MADV_HUGEPAGE */
+    CP_REGION_HUGETLB = 2    /* MAP_HUGETLB, page size 1 << huge_shift */
+};
+
+/* Map size bytes (a multiple of the page size) at an address that is a
+ * multiple of align (a power of two).  huge_shift: log2 of the hugetlb page
+ * size, used only for CP_REGION_HUGETLB. */
+int cp_region_map(size_t size, size_t align, int kind, int huge_shift,
+                  uintptr_t *out);
+
+/* Unmap [addr, addr + size). */
+int cp_region_unmap(uintptr_t addr, size_t size);
+
+/* Fault in every page writable (MADV_POPULATE_WRITE; on kernels without it,
+ * one atomic add of zero per page, which keeps the contents). */
+int cp_region_populate(uintptr_t addr, size_t size, size_t page_size);
+
+/* MADV_DONTNEED: the next touch reads zero.  Only for private anonymous. */
+int cp_region_discard(uintptr_t addr, size_t size);
+
+/* MADV_HUGEPAGE over the range. */
+int cp_region_advise_huge(uintptr_t addr, size_t size);
+
+/* PROT_NONE reservation of exactly [addr, addr + size); EEXIST where any of
+ * it is mapped.  Used to hold address space (tests and benchmarks block
+ * in-place growth with it). */
+int cp_region_reserve_at(uintptr_t addr, size_t size);
+
+/* Move the mapping at [addr, addr + size) to dst, which must be free address
+ * space (EEXIST otherwise).  piece: 0 to move it in one mremap, else the
+ * size of the pieces moved one at a time (hugetlb regions that grew span
+ * several mappings); a failure moves the pieces back. */
+int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst);
+
+/* Move to a free address dst with dst % modulus == residue. */
+int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
+                             size_t modulus, size_t residue, uintptr_t *out);
+
+/* Grow or shrink to new_size: in place when the address space allows, else
+ * moved to a destination congruent with addr modulo `modulus`.  *out gets
+ * the address (addr when in place).  On failure nothing has changed.
+ * kind/huge_shift as for cp_region_map; THP regions keep MADV_HUGEPAGE. */
+int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
+                     int kind, int huge_shift, size_t modulus, uintptr_t *out);
+
+/* END CDEF */
+
+#endif
