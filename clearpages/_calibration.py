@@ -336,10 +336,11 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
         s = mid[len(mid) // 2]
         others = sorted((n for n in data[s] if BY_NAME[n].temporal and n != th.temporal),
                         key=lambda n: -data[s][n].median)[:2]
-        why["temporal"] = ("measured: %s %s GB/s at %s (%s)%s" % (
+        why["temporal"] = ("measured: %s %s GB/s at %s (%s); %s" % (
             th.temporal, _at(data, s, th.temporal), format_size(s),
             ", ".join("%s %s" % (n, _at(data, s, n)) for n in others),
-            "" if th.temporal != default.temporal else "; the default"))
+            "beats the default %s beyond the noise" % default.temporal
+            if th.temporal != default.temporal else "the default, not beaten beyond the noise"))
     else:
         why["temporal"] = same % default.temporal
 
@@ -376,9 +377,11 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
         s = streams[-1]
         others = sorted((n for n in data[s] if not BY_NAME[n].temporal and n != th.streaming),
                         key=lambda n: -data[s][n].median)[:2]
-        why["streaming"] = "measured: %s %s GB/s at %s (%s)" % (
+        why["streaming"] = "measured: %s %s GB/s at %s (%s); %s" % (
             th.streaming, _at(data, s, th.streaming), format_size(s),
-            ", ".join("%s %s" % (n, _at(data, s, n)) for n in others))
+            ", ".join("%s %s" % (n, _at(data, s, n)) for n in others),
+            "beats the default %s beyond the noise" % default.streaming
+            if th.streaming != default.streaming else "the default, not beaten beyond the noise")
     else:
         why["streaming"] = same % default.streaming
 
