@@ -43,6 +43,16 @@ PMD = 2 * MiB
 PUD = GiB
 
 
+#: Cases with a working set at least this large are marked slow (run with --slow).
+SLOW_BYTES = 512 * MiB
+
+
+def slow_marks(nbytes: int) -> list:
+    import pytest
+
+    return [pytest.mark.slow] if nbytes >= SLOW_BYTES else []
+
+
 def fmt_size(n: int) -> str:
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if n >= size and n % size == 0:

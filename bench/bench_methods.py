@@ -23,7 +23,6 @@ SUITE = "methods"
 SIZES = (4 * KiB, 64 * KiB, 1 * MiB, 8 * MiB, 32 * MiB, 64 * MiB, 128 * MiB,
          512 * MiB, 1 * GiB)
 QUICK = (4 * KiB, 1 * MiB, 64 * MiB)
-SLOW = (512 * MiB, 1 * GiB)
 BASELINES = ("ctypes.memset", "numpy.fill")
 VARIANTS = ("auto",) + tuple(cp.methods()) + BASELINES
 
@@ -39,8 +38,7 @@ def _cases():
             quick = size in QUICK
             # Numbered so that pytest-benchmark's name-sorted groups come by size.
             marks = [pytest.mark.benchmark(group="methods %d: %s" % (i, fmt_size(size)))]
-            if size in SLOW:
-                marks.append(pytest.mark.slow)
+            marks += _common.slow_marks(size)
             ident = "%s%s-%s" % ("quick-" if quick else "", fmt_size(size), variant)
             yield pytest.param(size, variant, quick, marks=marks, id=ident)
 

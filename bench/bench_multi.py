@@ -46,9 +46,11 @@ def _cases():
             for variant in VARIANTS:
                 label = "%s-%s" % (fmt_size(total), pool)
                 ident = "%s%s-%s" % ("quick-" if quick else "", label, variant)
-                yield pytest.param(total, pool, variant, quick, id=ident, marks=[
-                    pytest.mark.benchmark(group="multi %s%s" % ("quick " if quick else "",
-                                                                label))])
+                marks = [pytest.mark.benchmark(group="multi %s%s" % (
+                    "quick " if quick else "", label))]
+                if not quick:
+                    marks += _common.slow_marks(total)
+                yield pytest.param(total, pool, variant, quick, id=ident, marks=marks)
 
 
 _state: dict = {}
