@@ -1,0 +1,434 @@
+"""clearpages.Region: mapping, views, lifetime, clearing, huge pages."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import sys
+import threading
+
+import pytest
+
+import clearpages as cp
+from clearpages import _region
+from clearpages._native import lib
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def mapped(address: int, size: int) -> bool:
+    """True where any byte of [address, address + size) is mapped."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo < address + size and hi > address:
+                return True
+    return False
+
+
+def thp_mode() -> str | None:
+    return _region._thp_mode()
+
+
+# ---- making ---------------------------------------------------------------
+
+
+def test_sizes_round_up_to_whole_pages():
+    with cp.Region(1) as r:
+        assert r.size == 4096 and len(r) == 4096
+        assert r.page_size == 4096 and r.page_size_name == "4k"
+        assert r.address % 4096 == 0
+    with cp.Region(3 * MiB, page_size="2m") as r:
+        assert r.size == 4 * MiB and r.page_size == 2 * MiB
+        assert r.address % (2 * MiB) == 0
+
+
+def test_large_regions_start_on_a_page_table_boundary():
+    # so that later moves and resizes can go PMD (or PUD) entry by entry
+    with cp.Region(4 * MiB) as r:
+        assert r.address % (2 * MiB) == 0
+    with cp.Region(GiB) as r:
+        assert r.address % GiB == 0
+
+
+def test_page_size_in_bytes_is_accepted():
+    with cp.Region(5000, page_size=4096) as r:
+        assert r.page_size_name == "4k" and r.size == 8192
+
+
+@pytest.mark.parametrize("size", [0, -1, -4096, 1 << 60, 2 ** 200, 1.5, "4096", None, True])
+def test_bad_sizes_are_value_errors(size):
+    with pytest.raises(ValueError, match="size"):
+        cp.Region(size)
+
+
+@pytest.mark.parametrize("page_size", ["3m", "huge", 8192, 0, None, True, "1G2"])
+def test_unknown_page_sizes_are_value_errors(page_size):
+    with pytest.raises(ValueError, match="page_size"):
+        cp.Region(4096, page_size=page_size)
+
+
+def test_repr_says_size_address_and_page_size():
+    r = cp.Region(2 * MiB)
+    text = repr(r)
+    assert "2 MiB" in text and hex(r.address) in text and "4k" in text
+    r.close()
+    assert "closed" in repr(r)
+
+
+def test_a_region_cannot_be_pickled():
+    with cp.Region(4096) as r, pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(r)
+
+
+# ---- views ----------------------------------------------------------------
+
+
+def test_view_is_a_writable_flat_byte_view():
+    with cp.Region(8192) as r:
+        v = r.view()
+        assert v.format == "B" and v.nbytes == 8192 and not v.readonly
+        assert v.ndim == 1 and v.c_contiguous
+        v[0] = 1
+        v[-1] = 2
+        assert r.view()[0] == 1 and r.view()[-1] == 2
+        del v
+
+
+def test_numpy_frombuffer_shares_the_memory():
+    np = pytest.importorskip("numpy")
+    with cp.Region(MiB) as r:
+        a = np.frombuffer(r.view(), dtype=np.uint64)
+        a[:] = np.arange(a.size, dtype=np.uint64)
+        b = np.frombuffer(r.view(), dtype=np.uint64)
+        assert (b == np.arange(b.size)).all()
+        assert a.ctypes.data == r.address
+        del a, b
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
+def test_buffer_protocol_on_312():
+    with cp.Region(4096) as r:
+        m = memoryview(r)
+        m[0] = 7
+        with pytest.raises(BufferError):
+            r.close()
+        m.release()
+        assert r.view()[0] == 7
+
+
+def test_new_pages_read_zero():
+    with cp.Region(4 * MiB) as r:
+        assert not any(r.view())
+
+
+# ---- no dangling memory ---------------------------------------------------
+
+
+def test_close_with_a_live_view_raises_buffer_error():
+    r = cp.Region(8192)
+    v = r.view()
+    with pytest.raises(BufferError, match="view"):
+        r.close()
+    assert not r.closed
+    v[0] = 5        # still mapped, still usable
+    del v
+    r.close()
+    assert r.closed and r.size == 0
+
+
+def test_slices_and_numpy_arrays_count_as_views():
+    np = pytest.importorskip("numpy")
+    r = cp.Region(8192)
+    part = r.view()[4096:]
+    with pytest.raises(BufferError):
+        r.close()
+    del part
+    arr = np.frombuffer(r.view(), dtype=np.uint8)[100:200]
+    with pytest.raises(BufferError):
+        r.close()
+    del arr
+    r.close()
+
+
+def test_a_released_view_does_not_block_close():
+    r = cp.Region(4096)
+    with r.view() as v:
+        v[0] = 1
+    r.close()
+
+
+def test_a_native_clear_in_flight_holds_the_memory():
+    # What clearpages.clear holds while the native call runs: closing from
+    # another thread meanwhile must refuse, not unmap under the routine.
+    r = cp.Region(4096)
+    ptr, n = r._clearpages_extent()
+    assert n == 4096
+    with pytest.raises(BufferError):
+        r.close()
+    del ptr
+    r.close()
+
+
+def test_garbage_collected_region_keeps_memory_for_its_views():
+    r = cp.Region(8192)
+    address = r.address
+    v = r.view()
+    del r
+    gc.collect()
+    v[0] = 9            # never a crash: the view keeps the mapping
+    assert v[0] == 9 and mapped(address, 8192)
+    del v
+    gc.collect()
+    assert not mapped(address, 8192)
+
+
+def test_garbage_collected_region_is_unmapped():
+    r = cp.Region(MiB)
+    address = r.address
+    del r
+    gc.collect()
+    assert not mapped(address, MiB)
+
+
+def test_closed_region_refuses_everything_but_close():
+    r = cp.Region(4096)
+    r.close()
+    r.close()           # twice is fine
+    for call in (r.view, lambda: r.address, lambda: r.resize(8192),
+                 lambda: r.move("pmd"), r.populate, r.backing,
+                 lambda: cp.clear(r), lambda: cp.clear_many([r]),
+                 lambda: r.clear(method="discard")):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+
+
+def test_context_manager_closes():
+    with cp.Region(4096) as r:
+        address = r.address
+    assert r.closed and not mapped(address, 4096)
+
+
+def test_view_from_another_thread_during_close_never_dangles():
+    # Views are made under the region's lock: a view exists before close
+    # (BufferError) or after it (ValueError), never across the unmapping.
+    for _ in range(20):
+        r = cp.Region(64 * KiB)
+        got = []
+
+        def take():
+            try:
+                got.append(r.view())
+            except ValueError:
+                got.append(None)
+
+        t = threading.Thread(target=take)
+        t.start()
+        try:
+            r.close()
+        except BufferError:
+            pass
+        t.join()
+        if got[0] is not None:
+            got[0][0] = 1           # mapped: close must have refused
+            assert not r.closed
+            got.clear()
+            r.close()
+
+
+# ---- clearing -------------------------------------------------------------
+
+
+def test_clear_accepts_a_region():
+    with cp.Region(3 * MiB) as r:
+        r.view()[:] = b"\xaa" * r.size
+        cp.clear(r)
+        assert not any(r.view())
+
+
+def test_clear_many_accepts_regions_among_other_buffers():
+    with cp.Region(64 * KiB) as a, cp.Region(2 * MiB, page_size="2m") as b:
+        other = bytearray(b"\x01" * 100)
+        a.view()[:] = b"\x02" * a.size
+        b.view()[:] = b"\x03" * b.size
+        cp.clear_many([a, other, b])
+        assert not any(a.view()) and not any(b.view()) and not any(other)
+
+
+@pytest.mark.parametrize("method", cp.ALL_METHODS)
+def test_region_clear_with_every_method(method):
+    if method not in cp.methods():
+        pytest.skip("%s does not run on this CPU" % method)
+    with cp.Region(MiB) as r:
+        r.view()[:] = b"\x55" * r.size
+        r.clear(method=method)
+        assert not any(r.view())
+
+
+def test_discard_hands_the_pages_back_and_they_read_zero():
+    with cp.Region(4 * MiB, populate=True) as r:
+        r.view()[:] = b"\x77" * r.size
+        assert r.backing().rss == r.size
+        r.clear(method="discard")
+        assert r.backing().rss == 0
+        assert not any(r.view())
+
+
+def test_discard_is_only_for_regions():
+    with pytest.raises(ValueError, match="Region"):
+        cp.clear(bytearray(10), method="discard")
+
+
+def test_populate_faults_every_page_and_keeps_contents():
+    with cp.Region(8 * MiB, populate=True) as r:
+        assert r.backing().rss == r.size
+    with cp.Region(8 * MiB) as r:
+        assert r.backing().rss == 0
+        r.view()[12345] = 42
+        r.populate()
+        assert r.backing().rss == r.size and r.view()[12345] == 42
+
+
+# ---- transparent huge pages ----------------------------------------------
+
+
+@pytest.mark.skipif(thp_mode() in (None, "never"),
+                    reason="transparent huge pages are disabled (%s)" % _region._THP_ENABLED)
+def test_2m_region_is_backed_by_transparent_huge_pages():
+    with cp.Region(16 * MiB, page_size="2m", populate=True) as r:
+        b = r.backing()
+        assert b.thp_eligible
+        # The kernel may fall back to base pages for some of it when memory
+        # is fragmented, but not for all of it.
+        assert b.anon_huge_pages > 0 and r.huge_pages() == b.anon_huge_pages
+
+
+def test_4k_region_is_not_advised_huge():
+    if thp_mode() == "always":
+        pytest.skip("THP 'always' backs any region with huge pages")
+    with cp.Region(16 * MiB, populate=True) as r:
+        assert r.backing().anon_huge_pages == 0
+
+
+def test_auto_picks_by_size():
+    with cp.Region(100 * KiB, page_size="auto") as r:
+        assert r.page_size_name == "4k"
+    with cp.Region(8 * MiB, page_size="auto") as r:
+        want = "4k" if thp_mode() in (None, "never") else "2m"
+        assert r.page_size_name == want
+
+
+# ---- hugetlb (1 GiB pages) ------------------------------------------------
+
+
+def _write(path: str, value: int) -> None:
+    with open(path, "w") as f:
+        f.write("%d\n" % value)
+
+
+@pytest.fixture(scope="module")
+def gigantic_pages():
+    """Two free 1 GiB hugetlb pages: reserved as root when needed and given
+    back afterwards; skipped with the reason otherwise."""
+    need = 2
+    pool = _region.hugetlb_pages(GiB)
+    if pool["nr"] is None:
+        pytest.skip("no 1 GiB hugetlb pool here (CPU without pdpe1gb or kernel without it)")
+    usable = pool["free"] - pool["reserved"]
+    if usable >= need:
+        yield pool
+        return
+    if os.geteuid() != 0:
+        pytest.skip("needs %d free 1 GiB hugetlb pages; as root: echo %d > %s"
+                    % (need, pool["nr"] + need - usable, pool["path"]))
+    original = pool["nr"]
+    try:
+        _write(pool["path"], original + need - usable)
+        now = _region.hugetlb_pages(GiB)
+        if now["free"] - now["reserved"] < need:
+            pytest.skip("the kernel found only %d free 1 GiB page(s) (memory fragmented)"
+                        % (now["free"] - now["reserved"]))
+        yield now
+    finally:
+        gc.collect()
+        _write(pool["path"], original)
+
+
+def test_1g_region_is_hugetlb_backed(gigantic_pages):
+    with cp.Region(GiB, page_size="1g", populate=True) as r:
+        assert r.address % GiB == 0 and r.page_size == GiB
+        b = r.backing()
+        assert b.hugetlb == GiB and b.kernel_page_size == GiB
+        r.view()[-1] = 1
+        cp.clear(r)
+        assert r.view()[-1] == 0
+
+
+def test_1g_sizes_round_up_to_whole_pages(gigantic_pages):
+    with cp.Region(GiB + 1, page_size="1g") as r:
+        assert r.size == 2 * GiB
+
+
+def test_auto_takes_1g_pages_when_free(gigantic_pages):
+    with cp.Region(GiB, page_size="auto") as r:
+        assert r.page_size_name == "1g"
+
+
+def test_1g_discard_zeroes_without_giving_pages_up(gigantic_pages):
+    with cp.Region(GiB, page_size="1g", populate=True) as r:
+        r.view()[:4096] = b"\x11" * 4096
+        r.clear(method="discard")
+        assert not any(r.view()[:4096])
+        assert r.backing().hugetlb == GiB
+
+
+def test_1g_resize_grows_in_whole_pages_and_keeps_contents(gigantic_pages):
+    with cp.Region(GiB, page_size="1g") as r:
+        v = r.view()
+        v[:3], v[-3:] = b"abc", b"xyz"
+        del v
+        blocker = r.address + GiB
+        in_place = lib.cp_region_reserve_at(blocker, 4096) == 0
+        try:
+            old = r.address
+            r.resize(GiB + 1)
+            assert r.size == 2 * GiB and r.address % GiB == 0
+            if in_place:
+                assert r.address != old
+            v = r.view()
+            assert bytes(v[:3]) == b"abc" and bytes(v[GiB - 3:GiB]) == b"xyz"
+            assert not any(v[GiB:GiB + 4096])
+            del v
+            r.move("pud")       # a grown hugetlb region is two mappings
+            assert bytes(r.view()[GiB - 3:GiB]) == b"xyz"
+            r.resize(GiB)
+            assert r.size == GiB and bytes(r.view()[:3]) == b"abc"
+        finally:
+            if in_place:
+                lib.cp_region_unmap(blocker, 4096)
+
+
+def test_1g_move_only_to_pud_alignment(gigantic_pages):
+    with cp.Region(GiB, page_size="1g") as r:
+        for alignment in ("pte", "1m", "pmd"):
+            with pytest.raises(ValueError, match="1g"):
+                r.move(alignment)
+        with pytest.raises(ValueError, match="multiple"):
+            r.move_to(r.address + 3 * GiB + 2 * MiB)
+
+
+def test_unavailable_hugetlb_pages_say_how_to_reserve_them():
+    pool = _region.hugetlb_pages(GiB)
+    usable = max(0, (pool["free"] or 0) - (pool["reserved"] or 0))
+    want = (usable + 1) * GiB       # more than there is: nothing gets allocated
+    with pytest.raises(_region.HugePagesUnavailable) as info:
+        cp.Region(want, page_size="1g")
+    assert isinstance(info.value, OSError)
+    text = str(info.value)
+    if pool["nr"] is None:
+        assert "not available" in text
+    else:
+        assert "nr_hugepages" in text and pool["path"] in text
+        assert "%d of %d" % (usable, pool["nr"]) in text
+        assert "needs %d hugetlb page" % (usable + 1) in text
