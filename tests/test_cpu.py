@@ -6,7 +6,6 @@ synthetic CPUs."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 from pathlib import Path

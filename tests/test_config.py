@@ -1,0 +1,205 @@
+"""The CLEARPAGES_* variables: DISABLE masks features (every dispatch path on
+one machine), METHOD forces a routine, NT_THRESHOLD moves the crossover, and
+every bad value is an error that names the variable."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import clearpages as cp
+from clearpages import _config, _core
+from conftest import run_python
+
+MiB = 1 << 20
+
+
+def has(feature: str) -> bool:
+    return feature in _core._state.raw_cpu.features
+
+
+def test_reload_with_empty_env_is_the_default(config):
+    if any(k.startswith("CLEARPAGES_") for k in os.environ):
+        pytest.skip("CLEARPAGES_* set in this environment")
+    before = (cp.methods(), cp.thresholds(), cp.cpu())
+    config({})
+    assert (cp.methods(), cp.thresholds(), cp.cpu()) == before
+    assert _core._state.config.raw == ()
+
+
+@pytest.mark.skipif(not has("avx512f"), reason="needs AVX-512 to mask it")
+def test_disable_avx512(config):
+    config({"CLEARPAGES_DISABLE": "avx512f"})
+    assert "avx512f" not in cp.cpu().features
+    assert "avx512f" in cp.cpu().disabled
+    assert "avx512_nt" not in cp.methods()
+    assert cp.thresholds().streaming == ("avx2_nt" if has("avx2") else "movnti")
+    assert cp.plan(1 << 30).method != "avx512_nt"
+    with pytest.raises(cp.UnsupportedMethod, match="CLEARPAGES_DISABLE"):
+        cp.clear(bytearray(100), method="avx512_nt")
+    buf = bytearray(b"\1" * (3 * MiB + 5))
+    cp.clear(buf)
+    assert not any(buf)
+    config()
+    assert "avx512_nt" in cp.methods()
+
+
+def test_disable_every_vector_feature(config):
+    config({"CLEARPAGES_DISABLE": " AVX512F , avx2,clzero ,"})
+    assert not {"avx512f", "avx2", "clzero"} & cp.cpu().features
+    assert cp.thresholds().streaming == "movnti"
+    assert cp.plan(1 << 30).method == "movnti"
+    assert set(cp.methods()) == {"rep_stosb", "rep_stosq", "mov_loop", "movnti", "libc"}
+    buf = bytearray(b"\1" * 40 * MiB)
+    cp.clear(buf, threads=2)
+    assert buf.count(0) == len(buf)
+
+
+@pytest.mark.skipif(not has("erms"), reason="needs ERMS to mask it")
+def test_disable_erms_turns_to_memset(config):
+    config({"CLEARPAGES_DISABLE": "erms,fsrm"})
+    assert cp.thresholds().temporal == "libc"
+    assert cp.plan(1 * MiB).method == "libc"
+    assert "rep_stosb" in cp.methods()      # still runnable, no longer chosen
+
+
+@pytest.mark.parametrize("value", ["sse3", "avx512", "erms,nope", "avx-512f"])
+def test_disable_unknown_feature_names_the_variable(config, value):
+    before = cp.methods()
+    with pytest.raises(ValueError, match="CLEARPAGES_DISABLE") as e:
+        config({"CLEARPAGES_DISABLE": value})
+    assert isinstance(e.value, _config.ConfigError)
+    assert "avx512f" in str(e.value)        # lists the known names
+    assert cp.methods() == before           # the old configuration stays
+
+
+def test_method_forces_every_size(config):
+    config({"CLEARPAGES_METHOD": "mov_loop"})
+    for n in (0, 100, 4096, 1 * MiB, 1 << 30):
+        p = cp.plan(n)
+        assert p.method == "mov_loop" and "CLEARPAGES_METHOD" in p.reason
+    for n in (0, 7, 5000, 3 * MiB, 33 * MiB + 1):
+        buf = bytearray(b"\x09" * n)
+        cp.clear(buf)
+        assert buf.count(0) == n
+    buf = bytearray(b"\x09" * 10000)
+    cp.clear_pages(buf, [2, 0], page_size=1000)
+    assert buf[:1000] == bytes(1000) and buf[2000:3000] == bytes(1000)
+    assert buf[1000:2000] == b"\x09" * 1000 and buf[3000:] == b"\x09" * 7000
+
+
+def test_method_auto_is_no_force(config):
+    config({"CLEARPAGES_METHOD": " auto "})
+    assert _core._state.forced is None
+
+
+@pytest.mark.parametrize("value", ["fast", "discard", "REP_STOSB", "rep-stosb"])
+def test_method_bad_value_names_the_variable(config, value):
+    with pytest.raises(ValueError, match="CLEARPAGES_METHOD"):
+        config({"CLEARPAGES_METHOD": value})
+
+
+def test_method_unavailable_names_the_variable(config):
+    missing = [m for m in cp.ALL_METHODS if m not in cp.methods()]
+    if not missing:
+        missing = ["avx512_nt"]
+        env = {"CLEARPAGES_DISABLE": "avx512f"}
+    else:
+        env = {}
+    env["CLEARPAGES_METHOD"] = missing[0]
+    with pytest.raises(cp.UnsupportedMethod, match="CLEARPAGES_METHOD"):
+        config(env)
+
+
+@pytest.mark.parametrize("value, nbytes", [("4096", 4096), ("64K", 64 << 10), ("64k", 64 << 10),
+                                           ("1M", MiB), ("2MiB", 2 * MiB), (" 3 m ", 3 * MiB),
+                                           ("1G", 1 << 30), ("0", 0)])
+def test_nt_threshold(config, value, nbytes):
+    config({"CLEARPAGES_NT_THRESHOLD": value})
+    th = cp.thresholds()
+    assert th.nt_min == nbytes
+    assert "CLEARPAGES_NT_THRESHOLD" in th.reason("nt_min")
+    assert cp.plan(nbytes).method == th.streaming
+    if nbytes:
+        assert cp.plan(nbytes - 1).method != th.streaming
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5M", "1X", "12 34", "100000T", "M"])
+def test_nt_threshold_bad_value_names_the_variable(config, value):
+    with pytest.raises(ValueError, match="CLEARPAGES_NT_THRESHOLD"):
+        config({"CLEARPAGES_NT_THRESHOLD": value})
+
+
+def test_calibration_setting_is_read(config):
+    config({"CLEARPAGES_CALIBRATION": "OFF"})
+    assert _core._state.config.calibration == "off"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # a missing file is a warning, not an error
+        config({"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
+    assert _core._state.config.calibration == "/nonexistent/policy.json"
+
+
+@pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
+def test_lean_path_runs_what_plan_says(config, nt):
+    """clear()'s per-call shortcut picks the same routine as plan()."""
+    config({} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt})
+    st = _core._state
+    names = {id(fn): name for name, fn in st.direct.items()}
+    ran = []
+
+    def spy(attr):
+        fn = getattr(st, attr)
+        name = names[id(fn)]
+
+        def call(ptr, n):
+            ran.append(name)
+            fn(ptr, n)
+        setattr(st, attr, call)
+
+    for attr in ("fn_small", "fn_temporal", "fn_nt"):
+        spy(attr)
+    for n in (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB):
+        del ran[:]
+        buf = bytearray(b"\x01" * n)
+        cp.clear(buf)
+        assert buf.count(0) == n
+        assert ran == [cp.plan(n, threads=1).method], n
+
+
+def test_parse_size():
+    assert _config.parse_size("2GiB") == 2 << 30
+    assert _config.parse_size("5kb") == 5 << 10
+    assert _config.parse_size("1T") == 1 << 40
+    with pytest.raises(ValueError, match="what"):
+        _config.parse_size("x", "what")
+    with pytest.raises(ValueError, match="2\\*\\*56"):
+        _config.parse_size(str((1 << 56) + 1))
+
+
+# ---- at import time, in a fresh interpreter ---------------------------------
+
+_SHOW = "import clearpages as cp; print(','.join(cp.methods())); print(cp.plan(1 << 30).method)"
+
+
+def test_environment_is_read_at_import():
+    r = run_python(_SHOW, {"CLEARPAGES_DISABLE": "avx512f,avx2",
+                           "CLEARPAGES_NT_THRESHOLD": "64M"})
+    assert r.returncode == 0, r.stderr
+    methods, big = r.stdout.split()
+    assert "avx512_nt" not in methods.split(",") and "avx2_nt" not in methods.split(",")
+    assert big == "movnti"
+    r = run_python(_SHOW, {"CLEARPAGES_METHOD": "rep_stosq"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[1] == "rep_stosq"
+
+
+@pytest.mark.parametrize("var, value", [("CLEARPAGES_DISABLE", "bogus"),
+                                        ("CLEARPAGES_METHOD", "bogus"),
+                                        ("CLEARPAGES_NT_THRESHOLD", "bogus")])
+def test_bad_environment_at_import_names_the_variable(var, value):
+    r = run_python("import clearpages", {var: value})
+    assert r.returncode != 0
+    assert var in r.stderr and "bogus" in r.stderr
+    assert "Traceback" in r.stderr and "Segmentation" not in r.stderr
