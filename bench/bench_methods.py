@@ -24,7 +24,10 @@ SIZES = (4 * KiB, 64 * KiB, 1 * MiB, 8 * MiB, 32 * MiB, 64 * MiB, 128 * MiB,
          512 * MiB, 1 * GiB)
 QUICK = (4 * KiB, 1 * MiB, 64 * MiB)
 BASELINES = ("ctypes.memset", "numpy.fill")
-VARIANTS = ("auto",) + tuple(cp.methods()) + BASELINES
+#: "direct:X" calls the routine itself (no argument checks, no policy): the
+#: routine's own speed, which "best" is taken from; "X" is clear(method="X").
+DIRECT = tuple("direct:%s" % m for m in cp.methods())
+VARIANTS = ("auto",) + tuple(cp.methods()) + DIRECT + BASELINES
 
 #: Bytes cleared per case (spread over rounds): enough for a stable median,
 #: little enough that the whole file runs in a couple of minutes.
@@ -48,7 +51,10 @@ def test_clear(benchmark, buffers, size, variant, quick):
     if variant == "numpy.fill" and _common.np is None:
         pytest.skip("numpy is not installed")
     buf = buffers.get(size)
-    fn = _common.clear_fn(variant, buf)
+    if variant.startswith("direct:"):
+        fn = _common.direct_fn(variant[len("direct:"):], buf)
+    else:
+        fn = _common.clear_fn(variant, buf)
     rec = _common.run_bench(benchmark, fn, suite=SUITE, label=fmt_size(size),
                             variant=variant, nbytes=size,
                             total=QUICK_TOTAL if quick else TOTAL)
@@ -70,8 +76,10 @@ def _summary():
         got = {v: r["gbps"] for (lab, v), r in res.items() if lab == label}
         if "auto" not in got:
             continue
-        routines = {v: g for v, g in got.items() if v in cp.methods()}
+        routines = {v: g for v, g in got.items() if v in DIRECT}
         best = max(routines, key=routines.get) if routines else None
+        called = {v: g for v, g in got.items() if v in cp.methods()}
+        best_called = max(called, key=called.get) if called else None
         auto, memset = got["auto"], got.get("ctypes.memset")
         in_l3_band = bool(l3) and l3 <= size <= 4 * l3
         goals = []
@@ -81,7 +89,9 @@ def _summary():
             need = 1.2 if in_l3_band else 1.0
             goals.append(("memset" if auto >= need * memset else "MISS memset")
                          + (" x1.2" if in_l3_band else ""))
-        rows.append([label, best or "-", "%.1f" % routines[best] if best else "-",
+        rows.append([label, best[len("direct:"):] if best else "-",
+                     "%.1f" % routines[best] if best else "-",
+                     "%s %.1f" % (best_called, called[best_called]) if best_called else "-",
                      "%.1f" % auto, ratio(auto, routines.get(best)),
                      "%.1f" % memset if memset else "-", ratio(auto, memset),
                      "%.1f" % got["numpy.fill"] if "numpy.fill" in got else "-",
@@ -89,8 +99,8 @@ def _summary():
     if not rows:
         return None
     text = _common.table(
-        ["size", "best routine", "GB/s", "auto GB/s", "auto/best", "memset GB/s",
+        ["size", "best routine", "direct GB/s", "best clear(method=)", "auto GB/s", "auto/best", "memset GB/s",
          "auto/memset", "numpy.fill GB/s", "auto plan", "goals"], rows)
-    note = ("goals: auto/best >= 0.95 at every size; auto/memset >= 1.0, and >= 1.2 at "
+    note = ("best: the fastest routine called directly; goals: auto/best >= 0.95 at every size; auto/memset >= 1.0, and >= 1.2 at "
             "1-4x L3 (%s-%s here)" % (fmt_size(l3), fmt_size(4 * l3)) if l3 else "")
     return "methods: median GB/s per size, one process (%s)" % note, text

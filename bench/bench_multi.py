@@ -56,6 +56,13 @@ def _cases():
 _state: dict = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _release_views():
+    """Drop the per-page views at the end of the file, so the pool can be unmapped."""
+    yield
+    _state.clear()
+
+
 def _pool(total: int, pool: str, buffers):
     """The pool buffer, the index array and the per-page views, built once."""
     key = (total, pool)
