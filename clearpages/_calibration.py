@@ -231,15 +231,16 @@ def _noise(a: Any, b: Any, floor: float) -> float:
     return max(floor, a.rel_spread, b.rel_spread)
 
 
-def _judge(data: Table, pick: Callable[[int], str], base: Callable[[int], str],
+def _judge(data: Table, pick: Mapping[int, str], base: Mapping[int, str],
            floor: float) -> float | None:
     """Score of a policy against the default's (None: slower somewhere).
 
-    The score sums log GB/s over sizes, counting a size at the default's
-    speed unless the candidate's gain there exceeds the noise."""
+    pick and base map each size to the name chosen there.  The score sums
+    log GB/s over sizes, counting a size at the default's speed unless the
+    candidate's gain there exceeds the noise."""
     score = 0.0
     for size, row in data.items():
-        mine, theirs = row[pick(size)], row[base(size)]
+        mine, theirs = row[pick[size]], row[base[size]]
         tol = _noise(mine, theirs, floor)
         v, d = mine.median, theirs.median
         if v < d * (1 - tol):
@@ -263,28 +264,31 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     vmaxes = sorted({default.vector_max} | {s for s in sizes if s <= 1 * MiB})
     ntmins = sorted({default.nt_min} | {s for s in sizes if s >= 64 * KiB})
 
-    def chooser(th: Thresholds) -> Callable[[int], str]:
-        return lambda s: decide(cpu, th, s).method
-
-    base = chooser(default)
+    # decide() is asked once per (vector_max, nt_min) with placeholder
+    # routine names; which routine fills each role is then a lookup.
+    tags = ("\0temporal", "\0streaming")
+    roles = {(v, n): {s: decide(cpu, dataclasses.replace(
+        default, vector_max=v, nt_min=n, temporal=tags[0], streaming=tags[1]), s).method
+        for s in sizes} for v in vmaxes for n in ntmins}
+    base = {s: decide(cpu, default, s).method for s in sizes}
     best: tuple[Any, ...] | None = None
     for t in temporals:
         for st in streamings:
-            for v in vmaxes:
-                for n in ntmins:
-                    th = dataclasses.replace(default, vector_max=v, temporal=t,
-                                             nt_min=n, streaming=st)
-                    score = _judge(data, chooser(th), base, floor)
-                    if score is None:
-                        continue
-                    changed = ((t != default.temporal) + (st != default.streaming)
-                               + (v != default.vector_max) + (n != default.nt_min))
-                    key = (round(score, 9), -changed,
-                           -_distance(v, default.vector_max) - _distance(n, default.nt_min))
-                    if best is None or key > best[0]:
-                        best = (key, th)
+            fill = {tags[0]: t, tags[1]: st}
+            for (v, n), role in roles.items():
+                pick = {s: fill.get(r, r) for s, r in role.items()}
+                score = _judge(data, pick, base, floor)
+                if score is None:
+                    continue
+                changed = ((t != default.temporal) + (st != default.streaming)
+                           + (v != default.vector_max) + (n != default.nt_min))
+                key = (round(score, 9), -changed,
+                       -_distance(v, default.vector_max) - _distance(n, default.nt_min))
+                if best is None or key > best[0]:
+                    best = (key, (t, st, v, n))
     assert best is not None     # the default itself always qualifies
-    return best[1]
+    t, st, v, n = best[1]
+    return dataclasses.replace(default, vector_max=v, temporal=t, nt_min=n, streaming=st)
 
 
 def select_threads(cpu: Any, th: Thresholds, data: Table, counts: Sequence[int],
@@ -296,10 +300,11 @@ def select_threads(cpu: Any, th: Thresholds, data: Table, counts: Sequence[int],
     def measured(c: int) -> str:
         return str(max(k for k in counts if k <= c))
 
-    def chooser(t: Thresholds) -> Callable[[int], str]:
-        return lambda s: measured(choose_threads(cpu, t, s))
-
     sizes = sorted(data)
+
+    def chooser(t: Thresholds) -> dict[int, str]:
+        return {s: measured(choose_threads(cpu, t, s)) for s in sizes}
+
     base = chooser(th)
     best: tuple[Any, ...] | None = None
     for most in sorted({th.max_threads, 1} | set(counts)):
