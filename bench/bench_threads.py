@@ -16,7 +16,7 @@ import _common
 from _common import GiB, MiB, cp, fmt_size, ratio
 
 SUITE = "threads"
-SIZES = (64 * MiB, 256 * MiB, _common.scaled(GiB, _common.env_scale()))
+SIZES = tuple(sorted({64 * MiB, 256 * MiB, _common.scaled(GiB, _common.env_scale())}))
 QUICK = (64 * MiB,)
 THREADS = (1, 2, "auto")
 
