@@ -1,0 +1,103 @@
+"""The README is a contract too: its method table is the routine table, its
+examples run, it opens with the two commands, and it names every variable.
+
+`python -m tests.test_docs` (from the repository root) prints the method
+table to paste into the README.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from clearpages import _config
+from clearpages._routines import ROUTINES, Routine
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+BEGIN = "<!-- methods-table:begin"
+END = "<!-- methods-table:end -->"
+
+TWO_COMMANDS = (
+    "pip install . && python -m clearpages bench --quick",
+    "pip install '.[test]' && python -m pytest",
+)
+
+
+def _needs(r: Routine) -> str:
+    if r.requires:
+        return ", ".join(sorted(r.requires))
+    return "x86-64" if r.source.startswith("asm/") else "any CPU"
+
+
+def methods_table() -> str:
+    """The README's method table, from the routine table."""
+    rows = ["| method | stores | needs | what |", "|---|---|---|---|"]
+    for r in ROUTINES:
+        rows.append("| `%s` | %s | %s | %s |" % (
+            r.name, "temporal" if r.temporal else "non-temporal", _needs(r), r.summary))
+    return "\n".join(rows)
+
+
+@pytest.fixture(scope="module")
+def readme() -> str:
+    if not README.exists():
+        pytest.skip("README.md is not beside the tests (testing an installed wheel)")
+    return README.read_text(encoding="utf-8")
+
+
+def test_readme_opens_with_the_two_commands(readme):
+    first_block = re.search(r"```(?:sh|bash|console)?\n(.*?)```", readme, re.S)
+    assert first_block is not None, "README has no code block"
+    assert readme.index("```") < readme.index("\n## "), \
+        "the commands must come before the first section"
+    lines = [ln.strip() for ln in first_block.group(1).splitlines() if ln.strip()]
+    assert tuple(lines[:2]) == TWO_COMMANDS
+
+
+def test_method_table_matches_the_routine_table(readme):
+    assert BEGIN in readme and END in readme, "method table markers missing"
+    start = readme.index("\n", readme.index(BEGIN)) + 1
+    table = readme[start:readme.index(END)].strip()
+    assert table == methods_table(), (
+        "README's method table differs from clearpages/_routines.py; "
+        "replace it with the output of `python -m tests.test_docs`:\n" + methods_table())
+
+
+def test_every_method_is_documented(readme):
+    for r in ROUTINES:
+        assert "`%s`" % r.name in readme
+    assert "`discard`" in readme
+
+
+@pytest.mark.parametrize("name", _config.VARIABLES + ("CLEARPAGES_PORTABLE",))
+def test_every_environment_variable_is_documented(readme, name):
+    assert re.search(r"^\| `%s` \|" % name, readme, re.M), \
+        "%s is missing from the README's variable table" % name
+
+
+def test_results_and_changelog_are_linked(readme):
+    assert "(docs/results.md)" in readme
+    assert "(CHANGELOG.md)" in readme
+
+
+def _python_blocks() -> list[str]:
+    if not README.exists():
+        return []
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_python_blocks())))
+def test_readme_example_runs(index):
+    """Each python example runs as written (numpy ones skip without numpy)."""
+    code = _python_blocks()[index]
+    if "import numpy" in code:
+        pytest.importorskip("numpy")
+    exec(compile(code, "README.md example %d" % index, "exec"), {"__name__": "readme"})
+
+
+if __name__ == "__main__":
+    print(methods_table())
