@@ -66,7 +66,7 @@ def env_scale() -> float:
     try:
         scale = float(raw)
     except ValueError:
-        raise SystemExit("CLEARPAGES_BENCH_SCALE must be a number, not %r" % raw)
+        raise SystemExit("CLEARPAGES_BENCH_SCALE must be a number, not %r" % raw) from None
     if not 0 < scale <= 16:
         raise SystemExit("CLEARPAGES_BENCH_SCALE must be in (0, 16], not %r" % raw)
     return scale

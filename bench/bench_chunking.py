@@ -12,9 +12,8 @@ the job API directly (what "measure and choose" the chunk rests on).
 
 from __future__ import annotations
 
-import pytest
-
 import _common
+import pytest
 from _common import GiB, MiB, cp, fmt_size
 
 SUITE = "chunking"

@@ -12,9 +12,8 @@ with ordinary stores shows as well.
 
 from __future__ import annotations
 
-import pytest
-
 import _common
+import pytest
 from _common import GiB, MiB, cp, fmt_size, ratio
 
 SUITE = "hot"

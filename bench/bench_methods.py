@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import _common
+import pytest
 from _common import GiB, KiB, MiB, cp, fmt_size, ratio
 
 SUITE = "methods"
@@ -99,8 +98,9 @@ def _summary():
     if not rows:
         return None
     text = _common.table(
-        ["size", "best routine", "direct GB/s", "best clear(method=)", "auto GB/s", "auto/best", "memset GB/s",
-         "auto/memset", "numpy.fill GB/s", "auto plan", "goals"], rows)
-    note = ("best: the fastest routine called directly; goals: auto/best >= 0.95 at every size; auto/memset >= 1.0, and >= 1.2 at "
-            "1-4x L3 (%s-%s here)" % (fmt_size(l3), fmt_size(4 * l3)) if l3 else "")
+        ["size", "best routine", "direct GB/s", "best clear(method=)", "auto GB/s",
+         "auto/best", "memset GB/s", "auto/memset", "numpy.fill GB/s", "auto plan", "goals"], rows)
+    note = ("best: the fastest routine called directly; goals: auto/best >= 0.95 at "
+            "every size; auto/memset >= 1.0, and >= 1.2 at 1-4x L3 (%s-%s here)"
+            % (fmt_size(l3), fmt_size(4 * l3)) if l3 else "")
     return "methods: median GB/s per size, one process (%s)" % note, text

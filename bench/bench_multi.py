@@ -16,9 +16,8 @@ from __future__ import annotations
 import array
 import random
 
-import pytest
-
 import _common
+import pytest
 from _common import GiB, MiB, cp, fmt_size, ratio
 
 SUITE = "multi"

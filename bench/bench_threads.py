@@ -10,9 +10,8 @@ The 1 GiB case is slow-marked; CLEARPAGES_BENCH_SCALE scales it.
 
 from __future__ import annotations
 
-import pytest
-
 import _common
+import pytest
 from _common import GiB, MiB, cp, fmt_size, ratio
 
 SUITE = "threads"

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import _common
+import pytest
 
 SLOW_ENV = "CLEARPAGES_BENCH_SLOW"
 

@@ -103,7 +103,7 @@ def test_repro_mremap_quick():
     if _region_class() is None:
         pytest.skip("clearpages.Region with .move is not available in this build")
     text = run(quick=True, rounds=3)
-    body = [l for l in text.splitlines() if l.startswith("| ")]
+    body = [row for row in text.splitlines() if row.startswith("| ")]
     assert len(body) == 1 + 2
     _common.TABLES.append(("repro_mremap (quick)", text))
 

@@ -51,8 +51,10 @@ def run(quick: bool = False, region: int | None = None, rounds: int | None = Non
         for extent in EXTENTS:
             ext = min(extent, region)
             for method in _routines():
-                page = _common.time_it(lambda: call(method, buf.addr, region, PAGE), rounds)
-                whole = _common.time_it(lambda: call(method, buf.addr, region, ext), rounds)
+                page = _common.time_it(
+                    lambda m=method: call(m, buf.addr, region, PAGE), rounds)
+                whole = _common.time_it(
+                    lambda m=method, e=ext: call(m, buf.addr, region, e), rounds)
                 pm, ps = _common.mean_sd([_common.gbps(region, t) for t in page])
                 wm, ws = _common.mean_sd([_common.gbps(region, t) for t in whole])
                 rows.append([fmt_size(extent) + ("" if ext == extent else
@@ -89,7 +91,7 @@ def _parse(s: str) -> int:
 
 def test_repro_multipage_quick():
     text = run(quick=True, rounds=3)
-    body = [l for l in text.splitlines() if l.startswith("| ") and "GB/s" not in l]
+    body = [row for row in text.splitlines() if row.startswith("| ") and "GB/s" not in row]
     assert len(body) == 1 + len(EXTENTS) * len(_routines())   # header + rows
     _common.TABLES.append(("repro_multipage (quick)", text))
 

@@ -21,7 +21,8 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import _common
 from _common import GiB, cp, fmt_size
@@ -83,14 +84,14 @@ def run(quick: bool = False, size: int | None = None, rounds: int | None = None,
             base = None
             for m in methods:
                 kw = {} if m == "auto" else {"method": m}
-                ts = _common.time_it(lambda: cp.clear(target, **kw), rounds)
+                ts = _common.time_it(lambda kw=kw: cp.clear(target, **kw), rounds)
                 ms, sd = _common.mean_sd([1e3 * t / gib for t in ts])
                 base = base or ms
                 kind = ("-" if m == "auto" else
                         "temporal" if BY_NAME[m].temporal else "streaming")
                 if m == "auto":
                     kind = cp.plan(size, threads=1).method
-                rows.append([m, kind, "%.1f ± %.1f" % (ms, sd), "%.1f" % (size / (ms * gib / 1e3) / 1e9),
+                rows.append([m, kind, "%.1f ± %.1f" % (ms, sd), "%.1f" % (GiB / ms / 1e6),
                              "%.2fx" % (base / ms)])
         finally:
             close()
@@ -124,7 +125,7 @@ def test_repro_streaming_quick():
     # 256 MiB under pytest: the smoke run stays short; the script does the real size.
     text = run(quick=True, size=256 << 20, rounds=2,
                reserve=os.environ.get("CLEARPAGES_BENCH_RESERVE_1G") == "1")
-    body = [l for l in text.splitlines() if l.startswith("| ")]
+    body = [row for row in text.splitlines() if row.startswith("| ")]
     assert len(body) == 1 + len([m for m in ORDER if m == "auto" or m in cp.methods()])
     _common.TABLES.append(("repro_streaming (quick)", text))
 
