@@ -159,10 +159,10 @@ def _table(rows: Sequence[Sequence[Any]], head: Sequence[str], out: TextIO,
             print("  ".join("-" * w for w in widths), file=out)
 
 
-def _dump_json(data: Any, path: str) -> None:
+def _dump_json(data: Any, path: str, out: TextIO | None = None) -> None:
     text = json.dumps(data, indent=2) + "\n"
     if path == "-":
-        sys.stdout.write(text)
+        (out or sys.stdout).write(text)
     else:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -257,7 +257,7 @@ def info_data() -> dict[str, Any]:
 def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     data = info_data()
     if args.json:
-        _dump_json(data, "-")
+        _dump_json(data, "-", out)
         return 0
     st = _core._state
     cpu = st.cpu
@@ -345,7 +345,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
                     "kind": "temporal" if r.temporal else "streaming",
                     "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
                     "thresholds_source": _core.thresholds().source,
-                    "cpu": _calibration.identity(cpu)}, "-")
+                    "cpu": _calibration.identity(cpu)}, "-", out)
         return 0
     pieces = "1 piece" if p.count == 1 else "%d pieces" % p.count
     print("plan for %s (%d bytes) in %s, threads=%s" % (
@@ -503,13 +503,16 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
                      budget_s=budget, progress=progress)
     finally:
         progress.close()
-    print_bench(data, out)
+    # With --json - the JSON owns stdout and the table moves to stderr.
+    table_out = sys.stderr if args.json == "-" else out
+    print_bench(data, table_out)
     if args.json:
-        _dump_json(data, args.json)
-        print("\nwrote %s" % args.json, file=out)
+        _dump_json(data, args.json, out)
+        if args.json != "-":
+            print("\nwrote %s" % args.json, file=table_out)
     if args.plot:
         plot_bench(data, args.plot)
-        print("wrote %s" % args.plot, file=out)
+        print("wrote %s" % args.plot, file=table_out)
     return 0
 
 

@@ -1,0 +1,274 @@
+"""python -m clearpages: info, plan, bench, calibrate, through a subprocess
+and through main(argv) in this process (tiny sizes and repeats only)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import clearpages as cp
+from clearpages import _calibration, _core
+from clearpages.__main__ import Progress, main
+from clearpages._routines import BY_NAME
+
+from conftest import ROOT
+
+TINY = ["--repeat", "2", "--target-ms", "0.05", "--budget-s", "0.2", "--quiet"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Never read or write the user's own cache directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("CLEARPAGES_")}
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [
+        p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "clearpages", *args], env=full,
+                          capture_output=True, text=True, timeout=120)
+
+
+def call(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    rc = main(list(args), out=out)
+    return rc, out.getvalue()
+
+
+# ---- info ---------------------------------------------------------------------
+
+
+def test_info_subprocess():
+    r = run_cli("info")
+    assert r.returncode == 0, r.stderr
+    cpu = cp.cpu()
+    for text in (cpu.vendor, "L1d", "L2", "L3", "thresholds (source: default)",
+                 "nt_min", "no CLEARPAGES_* variables set", "extension"):
+        assert text in r.stdout, text
+    for name in cp.ALL_METHODS:
+        assert name in r.stdout
+
+
+def test_info_json_reports_disable_and_environment():
+    present = sorted(cp.cpu().features - {"hypervisor", "osxsave"})
+    if not present:
+        pytest.skip("no CPU feature to mask on this machine")
+    feat = present[0]
+    r = run_cli("info", "--json", env={"CLEARPAGES_DISABLE": feat,
+                                       "CLEARPAGES_CALIBRATION": "off"})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["features"][feat] == "disabled by CLEARPAGES_DISABLE"
+    assert data["environment"] == {"CLEARPAGES_DISABLE": feat, "CLEARPAGES_CALIBRATION": "off"}
+    assert data["calibration"]["setting"] == "off"
+    assert {m["name"] for m in data["methods"]} == set(cp.ALL_METHODS)
+    needs = [m for m in data["methods"] if feat in BY_NAME[m["name"]].requires]
+    for m in needs:
+        assert not m["usable"] and "CLEARPAGES_DISABLE" in m["why_not"]
+    assert data["thresholds"]["source"] == "default"
+    assert data["machine"]["cpu"]["model"] == cp.cpu().model
+
+
+def test_info_in_process_lists_every_feature_with_status():
+    from clearpages.__main__ import info_data
+
+    rc, out = call("info")
+    assert rc == 0
+    lines = out.splitlines()
+    for name, status in info_data()["features"].items():
+        assert any(line.split()[:1] == [name] and status in line for line in lines), name
+
+
+# ---- plan ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,size", [("4096", 4096), ("64K", 64 << 10),
+                                       ("64M", 64 << 20), ("1G", 1 << 30)])
+def test_plan_sizes(text, size):
+    rc, out = call("plan", text)
+    assert rc == 0
+    p = cp.plan(size)
+    assert "method   %s" % p.method in out
+    assert "threads  %d" % p.threads in out
+    assert p.reason in out
+    assert "(%d bytes)" % size in out
+
+
+def test_plan_count_threads_json():
+    rc, out = call("plan", "64K", "--count", "16", "--threads", "1", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    p = cp.plan(64 << 10, count=16, threads=1)
+    assert (data["method"], data["threads"], data["count"]) == (p.method, 1, 16)
+    assert "pieces" in data["reason"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["plan", "64Q"], "byte count"),
+    (["plan", "-5"], ""),
+    (["plan", "1G", "--count", "0"], "at least 1"),
+    (["plan", "1G", "--threads", "none"], "threads"),
+    (["plan", "%dT" % (1 << 20)], "larger than any memory"),
+    (["plan"], "SIZE"),
+    ([], "COMMAND"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_plan_bad_input_exits_2(args, message, capsys):
+    rc, _ = call(*args)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plan_bad_size_subprocess():
+    r = run_cli("plan", "lots")
+    assert r.returncode == 2
+    assert "4096, 64K, 64M or 1G" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# ---- bench --------------------------------------------------------------------
+
+
+def test_bench_table_and_json(tmp_path):
+    out_json = tmp_path / "b.json"
+    rc, out = call("bench", "--sizes", "4K,64K", *TINY, "--json", str(out_json))
+    assert rc == 0
+    assert "GB/s" in out and "x memset" in out and cp.cpu().vendor in out
+    data = json.loads(out_json.read_text())
+    assert data["settings"]["sizes"] == [4096, 65536]
+    by_size: dict[int, list] = {}
+    for r in data["results"]:
+        by_size.setdefault(r["size"], []).append(r)
+        assert r["gbps_median"] > 0 and r["gbps_q1"] <= r["gbps_q3"]
+        assert r["gbps_min"] <= r["gbps_median"] <= r["gbps_max"]
+        assert r["repeats"] >= 1 and len(r["seconds_per_call"]) == r["repeats"]
+    for size, rows in by_size.items():
+        names = {r["name"] for r in rows}
+        assert {"auto", "memset"} | set(cp.methods()) <= names
+        assert sum(r["best"] for r in rows) == 1
+        assert [r["name"] for r in rows if r["plan"]] == [cp.plan(size, threads=1).method]
+        memset = next(r for r in rows if r["name"] == "memset")
+        assert memset["ratio_to_memset"] == pytest.approx(1.0)
+    assert data["machine"]["cpu"]["vendor"] == cp.cpu().vendor
+
+
+def test_bench_methods_filter_adds_memset(tmp_path):
+    out_json = tmp_path / "b.json"
+    rc, _ = call("bench", "--sizes", "8K", "--methods", "libc", "auto", *TINY,
+                 "--json", str(out_json))
+    assert rc == 0
+    names = {r["name"] for r in json.loads(out_json.read_text())["results"]}
+    assert names == {"libc", "auto", "memset"}
+
+
+def test_bench_numpy_competitors(tmp_path):
+    pytest.importorskip("numpy")
+    out_json = tmp_path / "b.json"
+    rc, _ = call("bench", "--sizes", "4K", "--methods", "numpy.fill,numpy[...]=0",
+                 *TINY, "--json", str(out_json))
+    assert rc == 0
+    names = {r["name"] for r in json.loads(out_json.read_text())["results"]}
+    assert {"numpy.fill", "numpy[...]=0"} <= names
+
+
+@pytest.mark.parametrize("name,message", [("warp", "unknown method"),
+                                          ("clzero", "clzero")])
+def test_bench_bad_method_exits_2(name, message, capsys):
+    if name in cp.methods():
+        pytest.skip("%s runs here" % name)
+    rc, _ = call("bench", "--sizes", "4K", "--methods", name, *TINY)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_plot_without_matplotlib(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import raises ImportError
+    rc, out = call("bench", "--sizes", "4K", *TINY, "--plot", "x.png")
+    assert rc == 2
+    assert "matplotlib" in capsys.readouterr().err
+    assert out == ""          # refused before measuring anything
+
+
+def test_bench_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "b.png"
+    rc, _ = call("bench", "--sizes", "4K,64K", "--methods", "libc", *TINY,
+                 "--plot", str(png))
+    assert rc == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_subprocess_progress_on_stderr():
+    r = run_cli("bench", "--sizes", "4K", "--methods", "libc", "--repeat", "2",
+                "--target-ms", "0.05", "--budget-s", "0.2")
+    assert r.returncode == 0, r.stderr
+    assert "libc" in r.stdout and "bench: 4 KiB" in r.stderr
+    assert "bench:" not in r.stdout
+
+
+def test_progress_lines_and_bar():
+    s = io.StringIO()
+    p = Progress("x", stream=s)
+    p(1, 4, "a")
+    p(2, 4, "a")
+    p(3, 4, "b")
+    assert s.getvalue() == "x: a (1/4)\nx: b (3/4)\n"
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    t = Tty()
+    p = Progress("x", stream=t)
+    p(2, 4, "a")
+    p.close()
+    assert "[" in t.getvalue() and "2/4" in t.getvalue()
+
+
+# ---- calibrate ----------------------------------------------------------------
+
+
+CAL_TINY = ["--sizes", "1K,64K,1M", "--thread-sizes", "1M", *TINY]
+
+
+def test_calibrate_writes_file_auto_reads(tmp_path, config):
+    path = tmp_path / "policy.json"
+    rc, out = call("calibrate", "--output", str(path), *CAL_TINY)
+    assert rc == 0
+    assert "wrote %s" % path in out
+    assert "threshold" in out and "default" in out and "calibrated" in out
+    data = json.loads(path.read_text())
+    assert data["format"] == _calibration.FORMAT
+    assert data["cpu"] == _calibration.identity(cp.cpu())
+    assert [r["size"] for r in data["comparison"] if r["threads"] == 1] == [1024, 65536, 1 << 20]
+    config({"CLEARPAGES_CALIBRATION": str(path)})
+    assert cp.thresholds().source == "calibration: %s" % path
+    for k in _calibration.FIELDS:
+        assert getattr(cp.thresholds(), k) == data["thresholds"][k]
+
+
+def test_calibrate_default_location_subprocess(private_cache):
+    r = run_cli("calibrate", *CAL_TINY, env={"XDG_CACHE_HOME": str(private_cache)})
+    assert r.returncode == 0, r.stderr
+    files = list((private_cache / "clearpages").glob("policy-*.json"))
+    assert len(files) == 1
+    assert "wrote %s" % files[0] in r.stdout
+    r = run_cli("plan", "1M", env={"XDG_CACHE_HOME": str(private_cache)})
+    assert r.returncode == 0, r.stderr
+    assert "thresholds from: calibration: %s" % files[0] in r.stdout
+    r = run_cli("info", env={"XDG_CACHE_HOME": str(private_cache)})
+    assert "in use: %s" % files[0] in r.stdout and "measured" in r.stdout
+
+
+def test_console_script_entry_point():
+    import clearpages.__main__ as m
+    assert callable(m.main)
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'clearpages = "clearpages.__main__:main"' in text
