@@ -460,14 +460,25 @@ def plot_bench(data: dict[str, Any], path: str) -> None:
         style = {"linewidth": 2.5, "color": "black"} if name == _measure.AUTO else {}
         if name in _measure.COMPETITORS:
             style = {"linestyle": "--"}
-        ax.plot(xs, [p[1] for p in pts], marker="o", markersize=3, label=name, **style)
-        ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15)
+        (line,) = ax.plot(xs, [p[1] for p in pts], marker="o", markersize=3, label=name,
+                          **style)
+        ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15,
+                        color=line.get_color(), linewidth=0)
+    sizes = sorted({r["size"] for r in data["results"]})
+    lo, hi = sizes[0] / 1.5, sizes[-1] * 1.5
     for label, size in (("L1d", cpu.l1d), ("L2", cpu.l2), ("L3", cpu.l3)):
-        if size:
+        if size and lo <= size <= hi * 4:
+            hi = max(hi, size * 1.5)
             ax.axvline(size, color="grey", linestyle=":", linewidth=1)
             ax.text(size, 1.0, " " + label, transform=ax.get_xaxis_transform(),
                     va="top", ha="left", fontsize=8, color="grey")
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     ax.set_xscale("log", base=2)
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(x).replace(" ", "")))
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("bytes cleared per call")
     ax.set_ylabel("GB/s (10^9 bytes/s), median; band: IQR")
     ax.set_title("clearpages %s: %s\n%s, %s" % (
