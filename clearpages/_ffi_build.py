@@ -92,6 +92,9 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
         define_macros=defines,
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
+        # pyviews.c uses the full CPython API (PyObject_GetBuffer on many
+        # objects without building a cdata for each).
+        py_limited_api=False,
     )
     return ffi
 
