@@ -105,7 +105,7 @@ def reload_config(env: dict[str, str] | None = None) -> None:
 # ---- buffers ------------------------------------------------------------
 
 
-def _refuse(buf: Any, err: BaseException | None) -> Any:
+def _refuse(buf: Any, err: str) -> Any:
     """Explain why buf cannot be cleared as one extent; strided numpy arrays
     come back as their runs (addresses, lengths)."""
     try:
@@ -159,7 +159,9 @@ def _extent(buf: Any) -> tuple[Any, int, Any]:
         c = _from_buffer(_CHARS, buf, True)
         return c, len(c), None
     except (TypeError, BufferError, ValueError) as e:
-        err: BaseException | None = e
+        # The message, not the exception: its traceback would tie this frame
+        # (and the callers' buffer exports) into a cycle only the GC frees.
+        err = str(e)
     own = getattr(buf, "_clearpages_extent", None)
     if own is not None:
         ptr, n = own()
@@ -340,12 +342,17 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
     try:
         cds = [_from_buffer(_CHARS, b, True) for b in bufs]
     except (TypeError, BufferError, ValueError):
+        cds = None      # outside the handler: no traceback holding the exports
+    if cds is None:
         addrs, lens, keep = _many_slow(bufs)   # noqa: F841 (exports held until done)
         total = sum(lens)
         if not lens:
             return
         name, n_threads, chunk = _routine(method, total, len(lens), threads)
-        _run(lib.cp_job_new(ffi.cast("char *const *", ffi.new("uintptr_t[]", addrs)),
+        # A named array: a temporary inside ffi.cast() would be freed
+        # before cp_job_new reads it.
+        c_addrs = ffi.new("uintptr_t[]", addrs)
+        _run(lib.cp_job_new(ffi.cast("char *const *", c_addrs),
                             ffi.new("size_t[]", lens), len(lens)),
              name, chunk, n_threads)
         return
@@ -370,6 +377,7 @@ def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int], list[Any]]:
         try:
             ptr, n, runs = _extent(b)
         except (TypeError, ValueError) as e:
+            del keep[:]     # the traceback keeps this frame: let the exports go
             raise type(e)("clear_many: buffer %d: %s" % (i, e)) from None
         keep.append(ptr)
         if runs is None:

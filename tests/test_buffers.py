@@ -375,3 +375,24 @@ def test_error_message_names_the_type():
     assert "bytes" in str(e.value)
     with pytest.raises(TypeError, match="str"):
         cp.clear("abc")
+
+
+@pytest.mark.parametrize("view", ["strided", "fortran", "transpose"])
+def test_no_reference_cycle_keeps_the_array(view):
+    """A cleared strided or Fortran array is freed as soon as the caller
+    drops it, without waiting for the garbage collector."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        base = np.ones((200, 300))
+        v = {"strided": lambda: base[:, ::2], "fortran": lambda: np.asfortranarray(base),
+             "transpose": lambda: base.T}[view]()
+        ref = weakref.ref(base)
+        cp.clear(v)
+        cp.clear(v, method="libc", threads=2)
+        del v, base
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -1,0 +1,393 @@
+"""clear_many (many buffers, one native call) and clear_pages (listed pages
+of one buffer): pieces of every shape, overlap, refusals before any write."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import gc
+import mmap
+import random
+
+import pytest
+
+import clearpages as cp
+from clearpages import _core
+from conftest import FILL, guarded
+
+np = pytest.importorskip("numpy")
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+# ---- clear_many -------------------------------------------------------------
+
+@pytest.mark.parametrize("bufs", [[], (), iter([]), (b for b in [])],
+                         ids=["list", "tuple", "iter", "generator"])
+def test_many_empty(bufs):
+    cp.clear_many(bufs)
+    cp.clear_many(bufs, method="libc", threads=3)
+
+
+def test_many_zero_length_pieces():
+    b = bytearray(b"\x07" * 100)
+    mv = memoryview(b)
+    cp.clear_many([bytearray(), mv[5:5], np.zeros(0), mv[99:99]])
+    assert b == bytearray(b"\x07" * 100)
+    cp.clear_many([mv[10:10], mv[20:30], bytearray()])
+    assert b[:20] == b"\x07" * 20 and b[20:30] == bytes(10) and b[30:] == b"\x07" * 70
+
+
+def test_many_overlapping_and_aliasing(any_method):
+    whole, view, start = guarded(np, 10_000, 3)
+    mv = memoryview(view)
+    pieces = [mv[0:100], mv[50:200], mv[150:160], mv[0:100], mv[300:5000], mv[4999:5001],
+              mv[5001:5001], mv[6000:9000], mv[6500:6600], mv[9000:10_000]]
+    cp.clear_many(pieces, method=any_method)
+    got = np.frombuffer(view, dtype=np.uint8)
+    want = np.full(10_000, FILL, dtype=np.uint8)
+    for lo, hi in ((0, 200), (300, 5001), (6000, 10_000)):
+        want[lo:hi] = 0
+    assert np.array_equal(got, want)
+    assert (whole[:start] == FILL).all() and (whole[start + 10_000:] == FILL).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, "auto"])
+def test_many_scattered_pieces_of_one_buffer(any_method, threads):
+    """Random pieces (odd sizes, odd offsets, random order) of one guarded
+    buffer: each cleared, every gap between them untouched."""
+    rng = random.Random(1234)
+    whole, view, start = guarded(np, 4 * MiB, 0)
+    spans, pos = [], 0
+    while True:
+        pos += rng.randrange(1, 300)
+        n = rng.choice([0, 1, 63, 64, 65, 4095, 4096, 4097, rng.randrange(1, 40_000)])
+        if pos + n > len(view):
+            break
+        spans.append((pos, n))
+        pos += n
+    rng.shuffle(spans)
+    mv = memoryview(view)
+    cp.clear_many([mv[s:s + n] for s, n in spans], method=any_method, threads=threads)
+    want = np.full(len(view), FILL, dtype=np.uint8)
+    for s, n in spans:
+        want[s:s + n] = 0
+    assert np.array_equal(view, want)
+    assert (whole[:start] == FILL).all() and (whole[start + len(view):] == FILL).all()
+
+
+def test_many_mixed_types(tmp_path):
+    ba = bytearray(b"\x01" * 5000)
+    arr = np.arange(1, 100, dtype=np.float32)
+    m = mmap.mmap(-1, 8192)
+    m.write(b"\x02" * 8192)
+    aa = array.array("i", range(1, 500))
+    ct = (ctypes.c_double * 33)(*range(1, 34))
+    fortran = np.asfortranarray(np.ones((7, 9)))
+    host = bytearray(b"\x03" * 300)
+    pieces = [ba, arr, m, aa, ct, fortran, memoryview(host)[100:200], memoryview(ba)]
+    cp.clear_many(pieces)
+    assert not any(ba) and not arr.any() and m[:] == bytes(8192)
+    assert not any(aa) and list(ct) == [0.0] * 33 and not fortran.any()
+    assert host == b"\x03" * 100 + bytes(100) + b"\x03" * 100
+    del pieces
+    m.close()
+
+
+def test_many_strided_numpy_pieces(any_method):
+    a = np.arange(1, 201, dtype=np.int64).reshape(10, 20)
+    b = np.arange(1, 1001, dtype=np.uint8).reshape(50, 20)
+    c = np.asfortranarray(np.arange(1, 61, dtype=np.float64).reshape(6, 10))
+    wa, wb, wc = a.copy(), b.copy(), c.copy()
+    wa[:, ::3] = 0
+    wb[::-2, 1:5] = 0
+    wc[1:, :] = 0
+    cp.clear_many([a[:, ::3], b[::-2, 1:5], c[1:, :], bytearray(10)], method=any_method)
+    assert np.array_equal(a, wa) and np.array_equal(b, wb) and np.array_equal(c, wc)
+
+
+RO = [
+    pytest.param(lambda: b"\x05" * 64, id="bytes"),
+    pytest.param(lambda: memoryview(bytearray(b"\x05" * 64)).toreadonly(), id="readonly_mv"),
+    pytest.param(lambda: _ro_numpy(), id="numpy_readonly"),
+    pytest.param(lambda: "a string", id="str"),
+    pytest.param(lambda: 42, id="int"),
+    pytest.param(lambda: memoryview(bytearray(b"\x05" * 64))[::2], id="noncontiguous_mv"),
+]
+
+
+def _ro_numpy():
+    a = np.full(64, 5, dtype=np.uint8)
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("position", [0, 2, 5])
+@pytest.mark.parametrize("make_bad", RO)
+@pytest.mark.parametrize("with_strided", [False, True])
+def test_many_refuses_before_writing_anything(make_bad, position, with_strided):
+    """One unusable piece among writable ones: TypeError (ValueError for a
+    non-contiguous memoryview) and not one byte of the others written."""
+    good = [bytearray(b"\x09" * n) for n in (10, 5000, 40 * MiB // 8, 3)]
+    strided_base = np.arange(1, 101, dtype=np.int32)
+    if with_strided:
+        good.append(strided_base[::2])
+    bad = make_bad()
+    pieces = list(good)
+    pieces.insert(min(position, len(pieces)), bad)
+    with pytest.raises((TypeError, ValueError)) as e:
+        cp.clear_many(pieces, threads=2)
+    assert "buffer %d" % min(position, len(good)) in str(e.value) or \
+        isinstance(e.value, TypeError)
+    for g in good[:4]:
+        assert g == bytearray(b"\x09" * len(g))
+    assert np.array_equal(strided_base, np.arange(1, 101))
+
+
+def test_many_chunked_total(method):
+    """More than one 32 MiB chunk in all, from 4 KiB-and-a-bit pieces."""
+    whole, view, start = guarded(np, 40 * MiB, 5)
+    mv = memoryview(view)
+    step = 4096 + 64
+    pieces = [mv[i:i + 4096 + 7] for i in range(0, len(view) - step, step)]
+    cp.clear_many(pieces, method=method)
+    ends = np.arange(0, len(view) - step, step)
+    got = np.frombuffer(view, dtype=np.uint8).reshape(-1)
+    # Every piece zero, every gap FILL: check by pattern on the strided layout.
+    body = got[:len(ends) * step].reshape(len(ends), step)
+    assert not body[:, :4103].any()
+    assert (body[:, 4103:] == FILL).all()
+    assert (got[len(ends) * step:] == FILL).all()
+    assert (whole[:start] == FILL).all() and (whole[start + len(view):] == FILL).all()
+
+
+def test_many_bad_arguments():
+    b = bytearray(b"\x01" * 10)
+    for threads in (0, -1, True, 1.5, 1000, "many", None):
+        with pytest.raises(ValueError, match="threads"):
+            cp.clear_many([b], threads=threads)
+    with pytest.raises(ValueError, match="rep_stosb"):
+        cp.clear_many([b], method="nope")
+    with pytest.raises(TypeError):
+        cp.clear_many(None)
+    with pytest.raises(TypeError):
+        cp.clear_many(b)         # a buffer, not a list of buffers: its items are ints
+    assert b == bytearray(b"\x01" * 10)
+
+
+class _SpyLib:
+    """Stands in for the native lib so a test can act while a job runs."""
+
+    def __init__(self, lib, during):
+        self._lib = lib
+        self._during = during
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def cp_job_run(self, job, budget):
+        self._during()
+        return self._lib.cp_job_run(job, budget)
+
+
+@pytest.mark.parametrize("with_strided", [False, True])
+def test_many_holds_the_buffers_while_clearing(monkeypatch, with_strided):
+    """While the native job runs (without the GIL) no other thread may
+    resize a bytearray or close an mmap out from under it."""
+    ba = bytearray(b"\x01" * 100_000)
+    m = mmap.mmap(-1, 4096)
+    results = []
+
+    def during():
+        for attempt in (lambda: ba.extend(b"x" * 10_000_000), m.close):
+            try:
+                attempt()
+                results.append("allowed")
+            except BufferError:
+                results.append("refused")
+
+    monkeypatch.setattr(_core, "lib", _SpyLib(_core.lib, during))
+    pieces = [ba, m] + ([np.ones(10)[::2]] if with_strided else [])
+    cp.clear_many(pieces)
+    assert results[:2] == ["refused", "refused"]
+    assert len(ba) == 100_000 and not any(ba)
+    del pieces
+    m.close()
+
+
+@pytest.mark.parametrize("bad", [None, b"read-only"])
+def test_many_lets_go_of_the_buffers_at_once(bad):
+    """After clear_many returns (or refuses), no export is left behind for
+    the garbage collector: an mmap closes and a bytearray resizes at once."""
+    gc.disable()
+    try:
+        m = mmap.mmap(-1, 4096)
+        ba = bytearray(100)
+        pieces = [ba, m, np.ones((8, 8), order="F"), np.ones(10)[::2]]
+        if bad is None:
+            cp.clear_many(pieces)
+        else:
+            with pytest.raises(TypeError):
+                cp.clear_many(pieces + [bad])
+        del pieces
+        ba.extend(b"x" * 1000)
+        m.close()
+    finally:
+        gc.enable()
+
+
+# ---- clear_pages ------------------------------------------------------------
+
+def _pool(npages, page_size=4096, tail=0):
+    """A numpy pool whose page i holds the byte (i % 250) + 1."""
+    n = npages * page_size + tail
+    a = np.empty(n, dtype=np.uint8)
+    full = np.repeat((np.arange(npages + 1) % 250 + 1).astype(np.uint8), page_size)
+    a[:] = full[:n]
+    return a
+
+
+def _want(npages, pages, page_size=4096, tail=0):
+    w = _pool(npages, page_size, tail)
+    for p in pages:
+        w[p * page_size:(p + 1) * page_size] = 0
+    return w
+
+
+INDEX_FORMS = [
+    pytest.param(list, id="list"),
+    pytest.param(tuple, id="tuple"),
+    *[pytest.param(lambda p, c=c: array.array(c, p), id="array_" + c) for c in "bBhHiIlLqQ"],
+    *[pytest.param(lambda p, d=d: np.array(p, dtype=d), id="numpy_" + d)
+      for d in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")],
+    pytest.param(lambda p: np.array(p, dtype=np.int64)[::-1][::-1], id="numpy_view"),
+    pytest.param(lambda p: np.repeat(np.array(p, dtype=np.int32), 2)[::2], id="numpy_strided"),
+    pytest.param(lambda p: np.array(p, dtype=np.int16).reshape(1, -1), id="numpy_2d"),
+]
+
+
+@pytest.mark.parametrize("form", INDEX_FORMS)
+def test_pages_index_forms(form):
+    pages = [5, 0, 17, 5, 3, 31, 2, 2]      # unsorted, repeated, first and last
+    buf = _pool(32)
+    cp.clear_pages(buf, form(pages))
+    assert np.array_equal(buf, _want(32, pages))
+
+
+def test_pages_from_range_and_generator():
+    buf = _pool(20)
+    cp.clear_pages(buf, range(0, 20, 3))
+    cp.clear_pages(buf, (i for i in (19, 1)))
+    assert np.array_equal(buf, _want(20, list(range(0, 20, 3)) + [19, 1]))
+
+
+@pytest.mark.parametrize("page_size", [1, 7, 512, 4096, 4099, 65536, 2 * MiB])
+@pytest.mark.parametrize("tail", ["none", "one_byte", "part"])
+def test_pages_sizes_and_partial_last_page(page_size, tail):
+    if page_size == 1 and tail != "none":
+        pytest.skip("a 1-byte page has no partial page")
+    tail = {"none": 0, "one_byte": 1, "part": page_size * 2 // 3}[tail]
+    npages = max(3, min(40, (8 * MiB) // page_size))
+    buf = _pool(npages, page_size, tail)
+    last = npages if tail else npages - 1       # index of the partial page
+    pages = [last, 0, npages // 2, last]
+    cp.clear_pages(buf, pages, page_size=page_size)
+    assert np.array_equal(buf, _want(npages, pages, page_size, tail))
+    with pytest.raises(cp.PageIndexError):
+        cp.clear_pages(buf, [last + 1], page_size=page_size)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, "auto"])
+def test_pages_every_method(any_method, threads):
+    rng = random.Random(7)
+    npages = 3000
+    pages = rng.sample(range(npages), 1500) + rng.choices(range(npages), k=100)
+    buf = _pool(npages, tail=100)
+    cp.clear_pages(buf, np.array(pages), method=any_method, threads=threads)
+    assert np.array_equal(buf, _want(npages, pages, tail=100))
+
+
+def test_pages_chunked(method):
+    """More than a 32 MiB chunk of pages, in random order, guarded."""
+    npages = 9 * 1024 + 1                      # 36 MiB and a page
+    whole, view, start = guarded(np, npages * 4096, 64)
+    view[:] = 0xEE
+    rng = np.random.default_rng(3)
+    pages = rng.permutation(npages)[: npages - 3]
+    cp.clear_pages(view, pages, method=method)
+    rows = view.reshape(npages, 4096)
+    kept = sorted(set(range(npages)) - set(pages.tolist()))
+    assert len(kept) == 3 and (rows[kept] == 0xEE).all()
+    rows[kept] = 0
+    assert not view.any()
+    assert (whole[:start] == FILL).all() and (whole[start + len(view):] == FILL).all()
+
+
+def test_pages_empty_list():
+    buf = _pool(4)
+    for empty in ([], (), array.array("q"), np.zeros(0, dtype=np.int64)):
+        cp.clear_pages(buf, empty)
+    assert np.array_equal(buf, _pool(4))
+
+
+@pytest.mark.parametrize("pages", [[0, 1, 4], [4], [-1], [0, -5], [1, 2, 1 << 40],
+                                   [2 ** 63 - 1], [2 ** 63], [2 ** 64 + 1], [-(2 ** 70)]])
+@pytest.mark.parametrize("form", ["list", "numpy", "array"])
+def test_pages_out_of_range_writes_nothing(pages, form):
+    buf = _pool(4)
+    if form == "numpy":
+        try:
+            idx = np.array(pages)
+        except OverflowError:
+            pytest.skip("numpy cannot hold %r" % pages)
+        if idx.dtype.kind not in "iu":
+            pytest.skip("numpy made %s of %r" % (idx.dtype, pages))
+    elif form == "array":
+        if any(p < 0 for p in pages) or max(pages) >= 2 ** 64:
+            pytest.skip("array('Q') cannot hold %r" % pages)
+        idx = array.array("Q", pages)
+    else:
+        idx = pages
+    with pytest.raises(cp.PageIndexError) as e:
+        cp.clear_pages(buf, idx)
+    assert isinstance(e.value, IndexError) and isinstance(e.value, ValueError)
+    assert np.array_equal(buf, _pool(4))
+
+
+def test_pages_error_says_the_valid_range():
+    buf = bytearray(4096 * 3 + 10)
+    with pytest.raises(cp.PageIndexError, match="0 to 3"):
+        cp.clear_pages(buf, [1, 4])
+    with pytest.raises(cp.PageIndexError):
+        cp.clear_pages(bytearray(), [0])
+
+
+@pytest.mark.parametrize("pages", [[1.0], [0, 1.5], array.array("d", [1.0]),
+                                   array.array("f", [0.0]), np.array([1.0]),
+                                   np.array([True]), ["1"], [None], [[1]], 5, None])
+def test_pages_non_integer_is_a_type_error(pages):
+    buf = _pool(4)
+    with pytest.raises(TypeError):
+        cp.clear_pages(buf, pages)
+    assert np.array_equal(buf, _pool(4))
+
+
+@pytest.mark.parametrize("page_size", [0, -1, -4096, True, 1.5, "4k", None, 1 << 60])
+def test_pages_bad_page_size(page_size):
+    buf = _pool(4)
+    with pytest.raises(ValueError, match="page_size"):
+        cp.clear_pages(buf, [0], page_size=page_size)
+    assert np.array_equal(buf, _pool(4))
+
+
+def test_pages_bad_buffer_and_arguments():
+    a = np.ones((64, 128), dtype=np.uint8)
+    with pytest.raises(ValueError, match="contiguous"):
+        cp.clear_pages(a[:, ::2], [0], page_size=64)
+    with pytest.raises(ValueError, match="threads"):
+        cp.clear_pages(a, [0], threads=0)
+    with pytest.raises(ValueError, match="method"):
+        cp.clear_pages(a, [0], method="fast")
+    assert a.all()
+    cp.clear_pages(a, [1], page_size=128)           # 2-D contiguous: bytes in order
+    assert not a[1].any() and a[0].all() and a[2:].all()
