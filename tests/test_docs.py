@@ -22,8 +22,8 @@ BEGIN = "<!-- methods-table:begin"
 END = "<!-- methods-table:end -->"
 
 TWO_COMMANDS = (
-    "pip install . && python -m clearpages bench --quick",
-    "pip install '.[test]' && python -m pytest",
+    "pip install -e . && python -m clearpages bench --quick",
+    "pip install -e '.[test]' && python -m pytest",
 )
 
 
