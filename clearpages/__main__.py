@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from . import __version__, _calibration, _config, _core, _cpu, _measure, _policy
-from ._policy import MiB, format_size
+from . import __version__, _calibration, _config, _core, _cpu, _measure
+from ._policy import format_size
 from ._routines import BY_NAME, ROUTINES
 
 #: What each feature is for, as `info` shows it.
@@ -90,7 +90,8 @@ def _threads_arg(text: str) -> int | str:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError("threads must be 'auto' or an int, not %r" % text)
+        raise argparse.ArgumentTypeError(
+            "threads must be 'auto' or an int, not %r" % text) from None
     if n < 1:
         raise argparse.ArgumentTypeError("threads must be at least 1, not %d" % n)
     return n
@@ -505,9 +506,11 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
                                 (QUICK_SIZES if args.quick else FULL_SIZES)])
     if not sizes or min(sizes) < 1:
         raise UsageError("--sizes needs sizes of at least 1 byte")
-    repeat = args.repeat or (5 if args.quick else 9)
-    target = args.target_ms / 1000 if args.target_ms else (0.002 if args.quick else 0.005)
-    budget = args.budget_s or (4.0 if args.quick else 6.0)
+    # Many short samples rather than a few long ones: on a shared machine a
+    # sample is either undisturbed or not, and the median needs a majority.
+    repeat = args.repeat or (9 if args.quick else 15)
+    target = args.target_ms / 1000 if args.target_ms else (0.001 if args.quick else 0.002)
+    budget = args.budget_s or (6.0 if args.quick else 8.0)
     progress = Progress("bench", quiet=args.quiet)
     try:
         data = bench(sizes, _flat(args.methods), repeat=repeat, target_s=target,
@@ -619,7 +622,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", type=_names_arg, nargs="+", metavar="NAME",
                    help="methods to measure: auto, routines, memset, numpy.fill, "
                         "numpy[...]=0 (default: all usable; memset is always added)")
-    b.add_argument("--repeat", type=_positive_arg, metavar="N", help="samples per candidate and size")
+    b.add_argument("--repeat", type=_positive_arg, metavar="N",
+                   help="samples per candidate and size")
     b.add_argument("--json", metavar="FILE", help="write every sample as JSON ('-': stdout)")
     b.add_argument("--plot", metavar="FILE.png",
                    help="a PNG of GB/s against size (needs matplotlib)")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._policy import MiB, KiB, Thresholds, choose_threads, decide, format_size
+from ._policy import KiB, MiB, Thresholds, choose_threads, decide, format_size
 from ._routines import ALL_METHODS, BY_NAME
 
 #: Bump when the file's meaning changes; older files are then ignored.
@@ -441,7 +441,7 @@ class Result:
             row = self.threads[size]
             counts = sorted(int(k) for k in row)
 
-            def near(n: int) -> str:
+            def near(n: int, counts: list[int] = counts) -> str:
                 return str(max(k for k in counts if k <= n))
             rows.append({"size": size, "threads": "auto", "default": "%d thread%s" % (
                 d, "" if d == 1 else "s"), "calibrated": "%d thread%s" % (
@@ -519,9 +519,9 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
     auto_sizes, auto_tsizes = plan_sizes(cpu, quick)
     sizes = sorted(set(sizes if sizes is not None else auto_sizes))
     tsizes = sorted(set(thread_sizes if thread_sizes is not None else auto_tsizes))
-    repeat = repeat or (5 if quick else 9)
-    target_s = target_s or (0.001 if quick else 0.003)
-    budget_s = budget_s or (0.8 if quick else 3.0)
+    repeat = repeat or (7 if quick else 11)
+    target_s = target_s or (0.001 if quick else 0.002)
+    budget_s = budget_s or (1.0 if quick else 3.0)
     floor = 0.05 if quick else 0.03
     methods = list(st.methods)
     counts = thread_counts(cpu.cores) if cpu.cores > 1 else []

@@ -334,6 +334,7 @@ def test_grid_and_sizes(here):
     assert cal.grid(1024, 8192, halves=(2048, 4096)) == [1024, 2048, 3072, 4096, 8192]
     sizes, tsizes = cal.plan_sizes(here[0], quick=True)
     assert sizes == sorted(sizes) and max(sizes) <= 256 * MiB
+    assert tsizes == sorted(tsizes) and max(tsizes) == max(sizes)
     assert cal.thread_counts(1) == [1]
     assert cal.thread_counts(6) == [1, 2, 4, 6]
 

@@ -10,13 +10,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 import clearpages as cp
-from clearpages import _calibration, _core
+from clearpages import _calibration
 from clearpages.__main__ import Progress, main
 from clearpages._routines import BY_NAME
-
-from conftest import ROOT
 
 TINY = ["--repeat", "2", "--target-ms", "0.05", "--budget-s", "0.2", "--quiet"]
 
