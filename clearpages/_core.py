@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import os
+import platform
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,6 +28,10 @@ _from_buffer = ffi.from_buffer
 # Positional arguments and a pre-parsed type: the keyword form of
 # from_buffer costs more than the clear itself at 4 KiB.
 _CHARS = ffi.typeof("char[]")
+_ONE = 1
+
+#: clear_many acquires the buffers in C where id() is an object's address.
+_VIEWS_IN_C = platform.python_implementation() == "CPython" and hasattr(lib, "cp_views_acquire")
 
 
 class UnsupportedMethod(RuntimeError):
@@ -53,6 +58,13 @@ class _State:
         self.direct = {name: getattr(lib, BY_NAME[name].symbol) for name in self.methods}
         self.pointer = {name: ffi.addressof(lib, BY_NAME[name].symbol)
                         for name in self.methods}
+        # Jobs call a streaming routine's unfenced entry for every extent and
+        # fence once per thread: a fence per 4 KiB page cost a third of the
+        # throughput of scattered pages.
+        self.job_pointer = {name: ffi.addressof(lib, BY_NAME[name].unfenced or
+                                                BY_NAME[name].symbol)
+                            for name in self.methods}
+        self.job_fence = {name: int(bool(BY_NAME[name].unfenced)) for name in self.methods}
         th = _policy.default_thresholds(self.cpu, self.built)
         self.calibration = _calibration.load(self.cpu, self.methods, config.calibration, th)
         if self.calibration is not None:
@@ -196,17 +208,20 @@ def _check_threads(threads: Any) -> None:
 
 
 def _routine(method: str, nbytes: int, count: int, threads: Any) -> tuple[str, int, int]:
-    """(routine name, threads, chunk) for this piece of work."""
+    """(routine name, threads, chunk) for this piece of work: the same choice
+    as plan(), without building its reason on every call."""
     st = _state
     if method == "auto":
-        p = _policy.decide(st.cpu, st.thresholds, nbytes, count,
-                           threads=threads, forced=st.forced)
-        return p.method, p.threads, p.chunk
-    st.check("method=%r" % method, method)
+        name = st.forced or _policy.pick(st.thresholds, nbytes, count)
+    else:
+        if method not in st.direct:
+            st.check("method=%r" % method, method)
+        name = method
+    if threads == 1:
+        return name, 1, st.thresholds.chunk
     n_threads = (_policy.choose_threads(st.cpu, st.thresholds, nbytes)
                  if threads == "auto" else threads)
-    p = _policy.decide(st.cpu, st.thresholds, nbytes, count, threads=n_threads)
-    return method, n_threads, p.chunk
+    return name, n_threads, _policy.chunk_for(st.thresholds, nbytes, n_threads)
 
 
 # ---- running ------------------------------------------------------------
@@ -216,7 +231,9 @@ def _run(job: Any, name: str, chunk: int, threads: int) -> None:
     if job == ffi.NULL:
         raise MemoryError("clearpages: no memory for the list of extents")
     try:
-        if lib.cp_job_configure(job, _state.pointer[name], chunk, threads) != 0:
+        st = _state
+        if lib.cp_job_configure(job, st.job_pointer[name], chunk, threads,
+                                st.job_fence[name]) != 0:
             raise ValueError("bad job configuration: %s, %d threads" % (name, threads))
         run = lib.cp_job_run
         while run(job, SLICE_NS) == 0:
@@ -251,7 +268,8 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
     last with ordinary stores, so it is in cache when the caller touches it;
     the rest is cleared with streaming stores.
     """
-    if method == "auto" and threads == 1 and hot is None:
+    # `is`, not ==: True and 1.0 equal 1 but are not a thread count.
+    if method == "auto" and threads is _ONE and hot is None:
         try:
             c = _from_buffer(_CHARS, buf, True)
         except (TypeError, BufferError, ValueError):
@@ -338,11 +356,30 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
     """
     _check_method(method)
     _check_threads(threads)
-    bufs = bufs if isinstance(bufs, (list, tuple)) else list(bufs)
-    try:
-        cds = [_from_buffer(_CHARS, b, True) for b in bufs]
-    except (TypeError, BufferError, ValueError):
-        cds = None      # outside the handler: no traceback holding the exports
+    bufs = bufs if type(bufs) in (list, tuple) else list(bufs)
+    if _VIEWS_IN_C:
+        # Every buffer acquired in C, under the GIL, in one call.
+        bad = ffi.new("size_t *")
+        views = lib.cp_views_acquire(id(bufs), bad)
+        if views != ffi.NULL:
+            try:
+                count = lib.cp_views_count(views)
+                if count == 0:
+                    return
+                total = lib.cp_views_total(views)
+                name, n_threads, chunk = _routine(method, total, count, threads)
+                _run(lib.cp_views_job(views), name, chunk, n_threads)
+            finally:
+                lib.cp_views_release(views)
+            return
+        if bad[0] >= len(bufs):
+            raise MemoryError("clearpages: no memory for %d buffer views" % len(bufs))
+        cds = None      # one has no writable contiguous buffer: the slow path says which
+    else:
+        try:
+            cds = [_from_buffer(_CHARS, b, True) for b in bufs]
+        except (TypeError, BufferError, ValueError):
+            cds = None  # outside the handler: no traceback holding the exports
     if cds is None:
         addrs, lens, keep = _many_slow(bufs)   # noqa: F841 (exports held until done)
         total = sum(lens)

@@ -1,0 +1,262 @@
+"""threads=, hot=, chunked jobs, and the promises of a long clear: the GIL
+is released while clearing and Ctrl-C arrives promptly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import clearpages as cp
+from clearpages import _core
+from clearpages._routines import BY_NAME
+from conftest import FILL, ROOT, check_guarded, guarded
+
+np = pytest.importorskip("numpy")
+
+KiB, MiB = 1 << 10, 1 << 20
+
+UNIT_SIZES = [0, 1, 4095, 4096, 4097, 8191, 3 * 4096 + 1, 65535, 65536 + 7,
+              1 * MiB + 123, 5 * MiB - 1]
+
+
+# ---- threads ----------------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2, 3, "auto"])
+@pytest.mark.parametrize("offset", [0, 1, 63, 4095])
+@pytest.mark.parametrize("n", UNIT_SIZES)
+def test_threads_sizes_around_unit_boundaries(n, offset, threads):
+    whole, view, start = guarded(np, n, offset)
+    cp.clear(view, threads=threads)
+    check_guarded(np, whole, start, n)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 16])
+@pytest.mark.parametrize("n", [4097, 65536 + 7, 3 * MiB + 5])
+def test_threads_every_method(any_method, n, threads):
+    whole, view, start = guarded(np, n, 13)
+    cp.clear(view, method=any_method, threads=threads)
+    check_guarded(np, whole, start, n)
+
+
+def test_threads_maximum():
+    whole, view, start = guarded(np, 1 * MiB + 1, 1)
+    cp.clear(view, threads=_core.lib.CP_MAX_THREADS)
+    check_guarded(np, whole, start, len(view))
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, False, 1.5, 1000, _core.lib.CP_MAX_THREADS + 1,
+                                 "2", "AUTO", "", None, [2]])
+def test_threads_bad_values(bad):
+    buf = bytearray(b"\x01" * 100)
+    for call in (lambda: cp.clear(buf, threads=bad),
+                 lambda: cp.clear(buf, method="libc", threads=bad),
+                 lambda: cp.clear_many([buf], threads=bad),
+                 lambda: cp.clear_pages(buf, [0], page_size=10, threads=bad)):
+        with pytest.raises(ValueError, match="threads") as e:
+            call()
+        assert "auto" in str(e.value)
+    assert buf == bytearray(b"\x01" * 100)
+
+
+# ---- chunked jobs -----------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_chunked_larger_than_a_chunk(threads):
+    n = 64 * MiB + 12345
+    assert n > cp.thresholds().chunk
+    whole, view, start = guarded(np, n, 777)
+    cp.clear(view, threads=threads)
+    check_guarded(np, whole, start, n)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_chunked_one_unit_per_slice(monkeypatch, method, threads):
+    """A zero time budget: every native slice clears one unit per thread and
+    comes back to Python; the result is the same."""
+    monkeypatch.setattr(_core, "SLICE_NS", 0)
+    # Small units, so that a few MiB make a job of many of them.
+    monkeypatch.setattr(_core._state, "thresholds",
+                        dataclasses.replace(cp.thresholds(), chunk=64 * KiB))
+    n = 6 * MiB + 4099
+    whole, view, start = guarded(np, n, 4095)
+    calls = []
+    real = _core.lib
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def cp_job_run(self, job, budget):
+            calls.append(budget)
+            return real.cp_job_run(job, budget)
+
+    monkeypatch.setattr(_core, "lib", Counting())
+    cp.clear(view, method=method, threads=threads)
+    check_guarded(np, whole, start, n)
+    assert len(calls) >= -(-n // (64 * KiB)) // threads     # back between slices
+    calls.clear()
+    pool, pview, pstart = guarded(np, 600 * 4096, 0)
+    pages = np.arange(600)[::-1][::2]
+    cp.clear_pages(pview, pages, method=method, threads=threads)
+    rows = pview.reshape(600, 4096)
+    assert not rows[pages].any()
+    assert len(calls) >= 2
+    assert (np.delete(rows, pages, axis=0) == FILL).all()
+
+
+# ---- hot= -------------------------------------------------------------------
+
+def _hot_ranges(n):
+    return [(0, 0), (n, n), (5, 5), (0, n), (100, 5000), (0, 4096), (n - 10, n),
+            (1, n - 1), (4096, 2 * 4096 + 3)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, "auto"])
+@pytest.mark.parametrize("n, offset", [(3 * 4096 + 17, 5), (1 * MiB + 1, 63)])
+def test_hot_ranges(any_method, n, offset, threads):
+    for hot in _hot_ranges(n):
+        whole, view, start = guarded(np, n, offset)
+        cp.clear(view, method=any_method, threads=threads, hot=hot)
+        check_guarded(np, whole, start, n)
+
+
+def test_hot_large_chunked():
+    n = 48 * MiB + 3
+    whole, view, start = guarded(np, n, 1)
+    cp.clear(view, hot=(20 * MiB + 1, 21 * MiB), threads=2)
+    check_guarded(np, whole, start, n)
+
+
+def test_hot_list_pair_is_accepted():
+    b = bytearray(b"\x01" * 9000)
+    cp.clear(b, hot=[10, 20])
+    assert not any(b)
+
+
+@pytest.mark.parametrize("hot", [(-1, 5), (5, 4), (0, 101), (101, 101), (1.5, 2), (True, 3),
+                                 (0, None), "ab", (1, 2, 3), (1,), 5, object()],
+                         ids=repr)
+def test_hot_outside_the_buffer_is_a_value_error(hot):
+    b = bytearray(b"\x01" * 100)
+    with pytest.raises(ValueError, match="hot") as e:
+        cp.clear(b, hot=hot)
+    assert "100" in str(e.value)
+    with pytest.raises(ValueError, match="hot"):
+        cp.clear(b, hot=hot, method="libc", threads=2)
+    assert b == bytearray(b"\x01" * 100)
+
+
+def test_hot_is_cleared_last_with_ordinary_stores(monkeypatch):
+    """The cold part goes first (streaming for auto), the hot range last,
+    through a temporal routine, whatever the method asked for."""
+    events = []
+    real_run, real_one = _core._run, _core._clear_one
+
+    def run(job, name, chunk, threads):
+        events.append(("cold", name, _core.lib.cp_job_total(job)))
+        real_run(job, name, chunk, threads)
+
+    def one(ptr, n, name, threads, chunk):
+        events.append(("hot", name, n))
+        real_one(ptr, n, name, threads, chunk)
+
+    monkeypatch.setattr(_core, "_run", run)
+    monkeypatch.setattr(_core, "_clear_one", one)
+    n = 4 * MiB
+    for method in ("auto",) + cp.methods():
+        events.clear()
+        buf = bytearray(b"\x02" * n)
+        cp.clear(buf, method=method, hot=(MiB, MiB + 4096))
+        assert not any(buf)
+        assert [e[0] for e in events] == ["cold", "hot"], events
+        assert events[0][2] == n - 4096 and events[1][2] == 4096
+        assert BY_NAME[events[1][1]].temporal, events
+        if method == "auto":
+            assert events[0][1] == cp.thresholds().streaming
+        else:
+            assert events[0][1] == method
+
+
+# ---- the GIL and Ctrl-C -----------------------------------------------------
+
+def test_other_threads_run_while_clearing():
+    """Another Python thread sees the buffer half cleared: it ran while the
+    native code was still clearing, so the GIL was not held."""
+    n = 256 * MiB
+    a = np.empty(n, dtype=np.uint8)
+    stop = threading.Event()
+    seen = []
+
+    def watch():
+        while not stop.is_set():
+            if a[0] == 0 and a[-1] == 0xFF:
+                seen.append(1)
+            time.sleep(0)
+
+    for method in ("rep_stosb", "libc") if "rep_stosb" in cp.methods() else ("libc",):
+        t = threading.Thread(target=watch, daemon=True)
+        a.fill(0xFF)
+        stop.clear()
+        t.start()
+        try:
+            for _ in range(20):
+                a.fill(0xFF)
+                cp.clear(a, method=method)
+                if seen:
+                    break
+        finally:
+            stop.set()
+            t.join()
+        assert not a.any()
+        if seen:
+            break
+    assert seen, "no other thread ran during any of the clears"
+
+
+_SIGINT_CHILD = r"""
+import sys, time, json, numpy as np, clearpages as cp
+buf = np.ones(1 << 30, dtype=np.uint8)
+inside = False
+print("ready", flush=True)
+try:
+    while True:
+        inside = True
+        cp.clear(buf, method=sys.argv[1], threads=int(sys.argv[2]))
+        inside = False
+except KeyboardInterrupt:
+    print(json.dumps({"caught": time.monotonic(), "inside": inside}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("method, threads", [("mov_loop", 1), ("auto", 2)])
+def test_ctrl_c_interrupts_a_long_clear(method, threads, record_property):
+    """SIGINT during a loop of 1 GiB clears: KeyboardInterrupt arrives within
+    a generous 2 s (the 100 ms goal is for the benchmark and a quiet machine);
+    the latency is recorded."""
+    child = subprocess.Popen([sys.executable, "-c", _SIGINT_CHILD, method, str(threads)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(0.4)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    latency = result["caught"] - sent
+    record_property("sigint_latency_ms", round(latency * 1000, 1))
+    sys.stderr.write("\nSIGINT -> KeyboardInterrupt: %.1f ms (%s, %d threads, inside clear: %s)\n"
+                     % (latency * 1000, method, threads, result["inside"]))
+    assert latency < 2.0
