@@ -520,8 +520,8 @@ class Region:
         """Move the region to a fresh address with the given alignment:
         "pte" (4 KiB, not 1 MiB), "1m" (1 MiB, not 2 MiB), "pmd" (2 MiB, not
         1 GiB) or "pud" (1 GiB).  Returns the new address.  For tests and
-        benchmarks of page-table moves; a "2m" region moved below PMD
-        alignment loses its huge pages."""
+        benchmarks of page-table moves.  A region keeps its page alignment:
+        a "2m" region moves only to "pmd" or "pud", a "1g" one to "pud"."""
         if alignment not in ALIGNMENTS:
             raise ValueError("alignment must be one of %s, not %r"
                              % (", ".join(map(repr, ALIGNMENTS)), alignment))
