@@ -14,10 +14,12 @@
         vmovntdq %ymm0, \off+32(%rdi)
 .endm
 
-ROUTINE_START(cp_clear_avx2_nt)
+ROUTINE_START(cp_clear_avx2_nt_unfenced)
         NT_HEAD
         vpxor   %xmm0, %xmm0, %xmm0     /* VEX: zeroes all of ymm0 */
         NT_LINES YMM_NT_LINE
         vzeroupper
         NT_TAIL_AND_RETURN
-ROUTINE_END(cp_clear_avx2_nt)
+ROUTINE_END(cp_clear_avx2_nt_unfenced)
+
+NT_FENCED(cp_clear_avx2_nt, cp_clear_avx2_nt_unfenced)

@@ -13,10 +13,12 @@
         vmovntdq %zmm0, \off(%rdi)
 .endm
 
-ROUTINE_START(cp_clear_avx512_nt)
+ROUTINE_START(cp_clear_avx512_nt_unfenced)
         NT_HEAD
         vpxor   %xmm0, %xmm0, %xmm0     /* VEX: zeroes all of zmm0 */
         NT_LINES ZMM_NT_LINE
         vzeroupper
         NT_TAIL_AND_RETURN
-ROUTINE_END(cp_clear_avx512_nt)
+ROUTINE_END(cp_clear_avx512_nt_unfenced)
+
+NT_FENCED(cp_clear_avx512_nt, cp_clear_avx512_nt_unfenced)

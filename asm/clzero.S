@@ -5,7 +5,7 @@
  * one instruction per line, weakly ordered like a non-temporal store.  It
  * aligns the address DOWN, so it is issued only for the whole lines [A, B)
  * that NT_HEAD finds inside the buffer; the ragged head and tail (and small
- * clears) use ordinary stores, and NT_TAIL_AND_RETURN fences with sfence.
+ * clears) use ordinary stores, and the plain entry fences with sfence.
  *
  * Built with -DCP_EMULATE_CLZERO (tests only) the instruction is replaced by
  * ordinary stores to the aligned-down line and the symbol is renamed, so the
@@ -15,8 +15,10 @@
 
 #ifdef CP_EMULATE_CLZERO
 #define CLZERO_SYMBOL cp_clear_clzero_emulated
+#define CLZERO_UNFENCED cp_clear_clzero_emulated_unfenced
 #else
 #define CLZERO_SYMBOL cp_clear_clzero
+#define CLZERO_UNFENCED cp_clear_clzero_unfenced
 #endif
 
 .macro CLZERO_LINE off
@@ -24,8 +26,10 @@
         CLZERO_RAX
 .endm
 
-ROUTINE_START(CLZERO_SYMBOL)
+ROUTINE_START(CLZERO_UNFENCED)
         NT_HEAD
         NT_LINES CLZERO_LINE
         NT_TAIL_AND_RETURN
-ROUTINE_END(CLZERO_SYMBOL)
+ROUTINE_END(CLZERO_UNFENCED)
+
+NT_FENCED(CLZERO_SYMBOL, CLZERO_UNFENCED)

@@ -16,8 +16,10 @@
     .endr
 .endm
 
-ROUTINE_START(cp_clear_movnti)
+ROUTINE_START(cp_clear_movnti_unfenced)
         NT_HEAD
         NT_LINES MOVNTI_LINE
         NT_TAIL_AND_RETURN
-ROUTINE_END(cp_clear_movnti)
+ROUTINE_END(cp_clear_movnti_unfenced)
+
+NT_FENCED(cp_clear_movnti, cp_clear_movnti_unfenced)

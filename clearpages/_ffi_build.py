@@ -68,9 +68,14 @@ def cdef_text(portable: bool) -> str:
             continue
         body = text.split("/* BEGIN CDEF */", 1)[1].split("/* END CDEF */", 1)[0]
         parts.append(body)
-    for r in asm_routines(portable):
-        parts.append("void %s(void *dst, size_t len);\n" % r.symbol)
+    parts.append(_routine_declarations(portable))
     return "\n".join(parts)
+
+
+def _routine_declarations(portable: bool) -> str:
+    return "".join("void %s(void *dst, size_t len);\n" % sym
+                   for r in asm_routines(portable)
+                   for sym in (r.symbol, r.unfenced) if sym)
 
 
 def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -> FFI:
@@ -84,8 +89,7 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
     # absolute paths would put the objects' full paths into the build tree.
     ffi.set_source(
         module,
-        includes + "".join("void %s(void *dst, size_t len);\n" % r.symbol
-                           for r in asm_routines(portable)),
+        includes + _routine_declarations(portable),
         sources=[str(ROOT / s) if os.getcwd() != str(ROOT) else s
                  for s in sources(portable)],
         include_dirs=[str(CSRC), str(ASM)],

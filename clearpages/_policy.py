@@ -178,35 +178,47 @@ def choose_threads(cpu: CPU, th: Thresholds, nbytes: int) -> int:
     return max(1, min(most, nbytes // max(1, th.thread_min // 2)))
 
 
+def pick(th: Thresholds, nbytes: int, count: int = 1) -> str:
+    """The routine decide() chooses, without building its reason (per call)."""
+    if nbytes >= th.nt_min:
+        return th.streaming
+    if (nbytes // count if count else 0) < th.vector_max:
+        return "libc"
+    return th.temporal
+
+
+def chunk_for(th: Thresholds, nbytes: int, n_threads: int) -> int:
+    """The unit of work: th.chunk, smaller when threads share the work so that
+    each gets several units and a slow thread does not hold the rest."""
+    if n_threads <= 1:
+        return th.chunk
+    return max(4 * KiB, min(th.chunk, _round_up(-(-nbytes // (4 * n_threads)), 4 * KiB)))
+
+
 def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
            threads: Threads = 1, forced: str | None = None) -> Plan:
     """The plan for clearing nbytes in count pieces.  Pure."""
     what = format_size(nbytes) if count == 1 else (
         "%s in %d pieces" % (format_size(nbytes), count))
-    per_piece = nbytes // count if count else 0
+    method = forced or pick(th, nbytes, count)
     if forced is not None:
         method, reason = forced, "CLEARPAGES_METHOD forces %s" % forced
-    elif nbytes >= th.nt_min:
-        method = th.streaming
+    elif method == th.streaming and nbytes >= th.nt_min:
         reason = ("%s is at least the streaming threshold %s (%s): non-temporal "
                   "stores skip the read-for-ownership and keep the cache for other data"
                   % (what, format_size(th.nt_min), th.reason("nt_min")))
-    elif per_piece < th.vector_max:
-        method = "libc"
+    elif method == "libc" and nbytes < th.nt_min:
         reason = ("%s is below %s%s (%s): memset's vector stores start fastest"
                   % (what, format_size(th.vector_max), " a piece" if count > 1 else "",
                      th.reason("vector_max")))
     else:
-        method = th.temporal
         reason = ("%s fits the cache (streaming from %s): ordinary stores, %s"
                   % (what, format_size(th.nt_min), th.reason("temporal")))
     if count > 1:
         reason += "; chosen from the total, as one piece of work"
     n_threads = choose_threads(cpu, th, nbytes) if threads == "auto" else int(threads)
-    chunk = th.chunk
+    chunk = chunk_for(th, nbytes, n_threads)
     if n_threads > 1:
-        # Several units per thread so that a slow thread does not hold the rest.
-        chunk = max(4 * KiB, min(chunk, _round_up(-(-nbytes // (4 * n_threads)), 4 * KiB)))
         if threads == "auto":
             reason += "; %d threads from %s (thread threshold %s)" % (
                 n_threads, format_size(th.thread_min), th.reason("thread_min"))

@@ -26,11 +26,15 @@ class Routine(NamedTuple):
     source: str
     """``asm/<name>.S`` for hand-written routines, ``csrc`` for C ones."""
     summary: str
+    unfenced: str = ""
+    """Streaming routines: the entry without the closing sfence, which jobs
+    call for each extent and fence once per thread at the end."""
 
 
 def _asm(name: str, requires: tuple[str, ...], temporal: bool, summary: str) -> Routine:
-    return Routine(name, "cp_clear_" + name, frozenset(requires), temporal,
-                   "asm/%s.S" % name, summary)
+    symbol = "cp_clear_" + name
+    return Routine(name, symbol, frozenset(requires), temporal, "asm/%s.S" % name,
+                   summary, "" if temporal else symbol + "_unfenced")
 
 
 ROUTINES: tuple[Routine, ...] = (

@@ -86,10 +86,12 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
                                  size_t page_size, size_t *bad);
 
 /* What to run and how: routine, unit (bytes handed out at a time and the
- * most cleared between two deadline checks), threads (1..CP_MAX_THREADS). */
+ * most cleared between two deadline checks), threads (1..CP_MAX_THREADS),
+ * fence: issue sfence once per thread when it stops (for a streaming
+ * routine's unfenced entry). */
 enum { CP_MAX_THREADS = 256 };
 int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
-                     int threads);
+                     int threads, int fence);
 
 /* Clear until done (returns 1) or until budget_ns has passed (returns 0:
  * call again).  Returns -1 if threads could not be started.  Every unit

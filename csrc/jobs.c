@@ -43,6 +43,7 @@ struct cp_job {
     size_t unit;
     size_t nunits;
     int threads;
+    int fence;
     uint64_t deadline;
     atomic_size_t next_unit;
     atomic_size_t done;
@@ -192,7 +193,7 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
 }
 
 int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
-                     int threads)
+                     int threads, int fence)
 {
     if (!fn || threads < 1 || threads > CP_MAX_THREADS)
         return -1;
@@ -202,6 +203,7 @@ int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
     job->fn = fn;
     job->unit = unit;
     job->threads = threads;
+    job->fence = fence;
     job->nunits = (job->end + unit - 1) / unit;   /* phase < unit */
     return 0;
 }
@@ -229,12 +231,19 @@ static void clear_range(struct cp_job *job, size_t lo, size_t hi)
     }
 }
 
+static void fence(void)
+{
+#if defined(__x86_64__) && !defined(CP_PORTABLE)
+    __builtin_ia32_sfence();
+#endif
+}
+
 static void run_units(struct cp_job *job)
 {
     for (;;) {
         size_t u = atomic_fetch_add(&job->next_unit, 1);
         if (u >= job->nunits)
-            return;
+            break;
         size_t lo = u * job->unit, hi = lo + job->unit;
         if (lo < job->phase)
             lo = job->phase;
@@ -243,8 +252,12 @@ static void run_units(struct cp_job *job)
         clear_range(job, lo, hi);
         atomic_fetch_add(&job->done, hi - lo);
         if (now_ns() >= job->deadline)
-            return;
+            break;
     }
+    /* Streaming stores are weakly ordered: make them visible before this
+     * thread reports its units done. */
+    if (job->fence)
+        fence();
 }
 
 static void *worker(void *arg)

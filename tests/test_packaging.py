@@ -9,6 +9,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,8 @@ def test_source_compiles_cleanly_with_cet_and_noexec_stack(source, tmp_path):
     from clearpages import _ffi_build
 
     obj = tmp_path / (source.stem + ".o")
-    cmd = (["gcc", "-c", "-fPIC", "-Werror", "-I", str(ROOT / "csrc"), "-I", str(ROOT / "asm")]
+    cmd = (["gcc", "-c", "-fPIC", "-Werror", "-I", str(ROOT / "csrc"), "-I", str(ROOT / "asm"),
+            "-I", sysconfig.get_paths()["include"]]
            + _ffi_build.COMPILE_ARGS + [str(source), "-o", str(obj)])
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0 and not done.stderr, done.stderr
