@@ -20,6 +20,11 @@ GUARD = 256
 FILL = 0xA5
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "build: compiles the package or a C harness "
+                            "(tens of seconds; deselect with -m 'not build')")
+
+
 def _missing(name: str) -> str | None:
     return _core._state.missing(name)
 
