@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sysconfig
+import sysconfig
 from pathlib import Path
 
 import pytest
