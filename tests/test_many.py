@@ -16,6 +16,8 @@ from clearpages import _core
 from conftest import FILL, guarded
 
 np = pytest.importorskip("numpy")
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -391,3 +393,34 @@ def test_pages_bad_buffer_and_arguments():
     assert a.all()
     cp.clear_pages(a, [1], page_size=128)           # 2-D contiguous: bytes in order
     assert not a[1].any() and a[0].all() and a[2:].all()
+
+
+# ---- properties -------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(npages=st.integers(1, 300), page_size=st.sampled_from([1, 64, 100, 4096, 5000]),
+       tail_frac=st.floats(0, 0.99), data=st.data(),
+       method=st.sampled_from(("auto",) + cp.methods()), threads=st.sampled_from((1, 2, "auto")))
+def test_property_pages(npages, page_size, tail_frac, data, method, threads):
+    tail = int(page_size * tail_frac)
+    total_pages = npages + (1 if tail else 0)
+    pages = data.draw(st.lists(st.integers(0, total_pages - 1), max_size=400))
+    buf = _pool(npages, page_size, tail)
+    cp.clear_pages(buf, pages, page_size=page_size, method=method, threads=threads)
+    assert np.array_equal(buf, _want(npages, pages, page_size, tail))
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 20_000), st.integers(0, 5_000)), max_size=60),
+       method=st.sampled_from(("auto",) + cp.methods()), threads=st.sampled_from((1, 2, 3)))
+def test_property_many(spans, method, threads):
+    """Any pieces of one guarded buffer, overlapping or not: their union is
+    zero, everything else untouched."""
+    whole, view, start = guarded(np, 25_000, 7)
+    mv = memoryview(view)
+    cp.clear_many([mv[s:s + n] for s, n in spans], method=method, threads=threads)
+    want = np.full(25_000, FILL, dtype=np.uint8)
+    for s, n in spans:
+        want[s:s + n] = 0
+    assert np.array_equal(view, want)
+    assert (whole[:start] == FILL).all() and (whole[start + 25_000:] == FILL).all()

@@ -186,3 +186,26 @@ def test_plan_bad_count(bad):
 def test_plan_bad_threads(bad):
     with pytest.raises(ValueError, match="threads"):
         cp.plan(4096, threads=bad)
+
+
+@pytest.mark.parametrize("env", [{}, {"CLEARPAGES_NT_THRESHOLD": "1000"},
+                                 {"CLEARPAGES_NT_THRESHOLD": "64M"},
+                                 {"CLEARPAGES_DISABLE": "erms,avx512f"},
+                                 {"CLEARPAGES_METHOD": "rep_stosq"}])
+def test_what_runs_is_what_plan_says(config, env):
+    """The routine, threads and chunk the clearing functions use are the
+    ones plan() reports, for every size, piece count and thread setting."""
+    from clearpages import _core
+
+    config(env)
+    th = cp.thresholds()
+    sizes = [0, 1, 2047, 2048, 4096, 1000, 1 * MiB, th.nt_min - 1, th.nt_min,
+             th.thread_min - 1, th.thread_min, 1 * GiB, 5 * GiB + 3]
+    for n in sizes:
+        if n < 0:
+            continue
+        for count in (1, 3, 4096):
+            for threads in (1, 2, 7, "auto"):
+                p = cp.plan(n, count=count, threads=threads)
+                got = _core._routine("auto", n, count, threads)
+                assert got == (p.method, p.threads, p.chunk), (n, count, threads, p)
