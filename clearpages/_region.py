@@ -48,7 +48,7 @@ CONGRUENCE = 1 * GiB
 #: level and deliberately NOT to the next one, as in the kernel's
 #: mremap_test, so a coincidental higher alignment never flatters a result.
 ALIGNMENTS = {
-    "pte": 4 * KiB,     # page-aligned, not 1 MiB-aligned
+    "pte": 4 * KiB,     # page-aligned, not 1 MiB-aligned (8 KiB: see move())
     "1m": 1 * MiB,      # 1 MiB-aligned, not 2 MiB-aligned
     "pmd": 2 * MiB,     # 2 MiB-aligned, not 1 GiB-aligned
     "pud": 0,           # 1 GiB-aligned
@@ -182,13 +182,23 @@ def _table_alignment(size: int, page: int) -> int:
     return page
 
 
+_memory_types: dict[int, type] = {}
+
+
 def _memory_type(size: int) -> type:
-    """A fresh ctypes array type of `size` bytes.  Made directly (not
-    c_char * size, which ctypes caches forever) and subclassed in Python so
-    that its instances take weak references (for the finalizer)."""
-    base = type(ctypes.Array)("_RegionBytes", (ctypes.Array,),
-                              {"_type_": ctypes.c_char, "_length_": size})
-    return type("RegionMemory", (base,), {"__module__": __name__})
+    """A ctypes array type of `size` bytes.  Made directly (not c_char * size,
+    which ctypes caches forever), subclassed in Python so that its instances
+    take weak references (for the finalizer), and kept for the last few
+    sizes: making a type costs more than a PUD move."""
+    t = _memory_types.get(size)
+    if t is None:
+        base = type(ctypes.Array)("_RegionBytes", (ctypes.Array,),
+                                  {"_type_": ctypes.c_char, "_length_": size})
+        t = type("RegionMemory", (base,), {"__module__": __name__})
+        if len(_memory_types) >= 32:
+            del _memory_types[next(iter(_memory_types))]
+        _memory_types[size] = t
+    return t
 
 
 def _unmap(address: int, size: int) -> None:
@@ -519,13 +529,22 @@ class Region:
     def move(self, alignment: str) -> int:
         """Move the region to a fresh address with the given alignment:
         "pte" (4 KiB, not 1 MiB), "1m" (1 MiB, not 2 MiB), "pmd" (2 MiB, not
-        1 GiB) or "pud" (1 GiB).  Returns the new address.  For tests and
+        1 GiB) or "pud" (1 GiB).  Returns the new address.  A "pte" move
+        also lands on an address that differs from the current one modulo
+        2 MiB, so the kernel can move nothing but PTEs (the "misaligned"
+        case of the kernel's mremap_test); the others keep the address
+        modulo 2 MiB as the name says.  For tests and
         benchmarks of page-table moves.  A region keeps its page alignment:
         a "2m" region moves only to "pmd" or "pud", a "1g" one to "pud"."""
         if alignment not in ALIGNMENTS:
             raise ValueError("alignment must be one of %s, not %r"
                              % (", ".join(map(repr, ALIGNMENTS)), alignment))
         residue = ALIGNMENTS[alignment]
+        if alignment == "pte" and self._address % (2 * MiB) == residue:
+            # Congruent addresses share their PMD boundaries, and the kernel
+            # moves the whole PMDs between them; a PTE move is one that
+            # cannot, so it goes where the address modulo 2 MiB differs.
+            residue += 4 * KiB
         if residue % self._page:
             raise ValueError("a region of %s pages cannot be %s-aligned"
                              % (self._page_name, alignment))

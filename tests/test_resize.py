@@ -141,6 +141,17 @@ def test_move_matrix(src, dst, size):
         lib.cp_region_unmap(before, size)
 
 
+def test_pte_moves_are_never_congruent_modulo_a_pmd():
+    # else the kernel moves whole PMDs between shared boundaries and a
+    # "PTE-aligned" move is no such thing
+    with cp.Region(4 * MiB) as r:
+        for _ in range(4):
+            before = r.address
+            r.move("pte")
+            assert_alignment(r.address, "pte")
+            assert r.address % (2 * MiB) != before % (2 * MiB)
+
+
 @pytest.mark.parametrize("page_size", ["4k", "2m"])
 def test_moves_keep_contents_across_every_alignment(page_size):
     with cp.Region(6 * MiB, page_size=page_size) as r:
