@@ -120,6 +120,7 @@ def timed(fn: Callable[[], Any]) -> float:
 def populate_case(size: int, page_size: str) -> dict[str, Any]:
     """Seconds to populate a fresh region and to clear it once populated."""
     r = cp.Region(size, page_size=page_size)
+    n = r.size
     try:
         t_populate = timed(r.populate)
         b = r.backing()
@@ -127,7 +128,7 @@ def populate_case(size: int, page_size: str) -> dict[str, Any]:
         t_clear = min(timed(lambda: cp.clear(r)) for _ in range(2))
     finally:
         r.close()
-    return {"populate_s": t_populate, "clear_s": t_clear, "huge": b.huge, "size": r.size}
+    return {"populate_s": t_populate, "clear_s": t_clear, "huge": b.huge, "size": n}
 
 
 def table_populate(size: int) -> list[tuple[str, ...]]:
