@@ -35,15 +35,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import clearpages as cp  # noqa: E402
-from clearpages import _region  # noqa: E402
-from clearpages._config import parse_size  # noqa: E402
-from clearpages._native import lib  # noqa: E402
+import clearpages as cp
+from clearpages import _region
+from clearpages._config import parse_size
+from clearpages._native import lib
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PAGE = 4 * KiB
@@ -213,19 +214,25 @@ def mmap_resize_times(size: int, rounds: int, must_move: bool) -> list[float]:
     return out
 
 
+def _bytearray_growth(size: int) -> float:
+    old = bytearray(size)
+    cp.clear(old)                       # populate
+    zeros = bytearray(size)
+    return timed(lambda: old.extend(zeros))
+
+
 def bytearray_growth_times(size: int, rounds: int) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        old = bytearray(size)
-        cp.clear(old)                       # populate
-        zeros = bytearray(size)
+    return [_bytearray_growth(size) for _ in range(rounds)]
 
-        def grow() -> None:
-            old.extend(zeros)
 
-        out.append(timed(grow))
-        del old, zeros
-    return out
+def _numpy_growth(np: Any, size: int) -> float:
+    a = np.ones(size, dtype=np.uint8)
+
+    def grow() -> None:
+        b = np.zeros(2 * size, dtype=np.uint8)
+        b[:size] = a
+
+    return timed(grow)
 
 
 def numpy_growth_times(size: int, rounds: int) -> list[float] | None:
@@ -233,17 +240,7 @@ def numpy_growth_times(size: int, rounds: int) -> list[float] | None:
         import numpy as np
     except ImportError:
         return None
-    out = []
-    for _ in range(rounds):
-        a = np.ones(size, dtype=np.uint8)
-
-        def grow() -> None:
-            b = np.zeros(2 * size, dtype=np.uint8)
-            b[:size] = a
-
-        out.append(timed(grow))
-        del a
-    return out
+    return [_numpy_growth(np, size) for _ in range(rounds)]
 
 
 def table_resize(size: int, rounds: int) -> tuple[list[tuple[str, ...]], dict[str, float]]:

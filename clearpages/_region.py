@@ -136,7 +136,8 @@ def _hugetlb_error(size: int, page_bytes: int, err: int,
         usable = max(0, (pool["free"] or 0) - (pool["reserved"] or 0))
         msg = (what + " needs %d hugetlb page%s of %s, but only %d of %d %s free "
                "and unreserved; reserve more as root with `echo %d > %s` (or boot with "
-               "hugepagesz=%s hugepages=%d)") % (_fmt_size(size), need, "" if need == 1 else "s", page, usable,
+               "hugepagesz=%s hugepages=%d)") % (
+                  _fmt_size(size), need, "" if need == 1 else "s", page, usable,
                   pool["nr"], "is" if usable == 1 else "are",
                   pool["nr"] + need - usable, pool["path"],
                   page.replace(" GiB", "G").replace(" MiB", "M"), need)

@@ -218,7 +218,7 @@ def test_view_from_another_thread_during_close_never_dangles():
         r = cp.Region(64 * KiB)
         got = []
 
-        def take():
+        def take(r=r, got=got):
             try:
                 got.append(r.view())
             except ValueError:
