@@ -6,9 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The suite must not depend on this user's calibration file: the default
+# place to look (and to write) is an empty cache directory of its own.
+# Set before clearpages is imported, since it reads the file at import.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clearpages-test-cache-")
 
 import clearpages as cp
 from clearpages import _core
