@@ -23,7 +23,7 @@ from ._core import (
 )
 from ._cpu import CPU
 from ._policy import Plan, Thresholds
-from ._region import Region
+from ._region import HugePagesUnavailable, Region
 from ._routines import ALL_METHODS, ROUTINES
 
 __version__ = "0.1.0"
@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ALL_METHODS",
     "CPU",
+    "HugePagesUnavailable",
     "PageIndexError",
     "Plan",
     "ROUTINES",
