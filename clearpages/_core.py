@@ -269,24 +269,29 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
     the rest is cleared with streaming stores.
     """
     # `is`, not ==: True and 1.0 equal 1 but are not a thread count.
-    if method == "auto" and threads is _ONE and hot is None:
-        try:
-            c = _from_buffer(_CHARS, buf, True)
-        except (TypeError, BufferError, ValueError):
-            pass
-        else:
-            st = _state
-            n = len(c)
-            if n <= st.fast_limit:
-                # The same order as _policy.decide, so plan() tells the truth
-                # even when CLEARPAGES_NT_THRESHOLD is below vector_max.
-                if n >= st.fast_nt:
-                    st.fn_nt(c, n)
-                elif n < st.fast_small:
-                    st.fn_small(c, n)
-                else:
-                    st.fn_temporal(c, n)
-                return
+    if threads is _ONE and hot is None:
+        st = _state
+        # An explicit method this machine runs takes the same lean path.
+        fn = None if method == "auto" else st.direct.get(method)
+        if fn is not None or method == "auto":
+            try:
+                c = _from_buffer(_CHARS, buf, True)
+            except (TypeError, BufferError, ValueError):
+                pass
+            else:
+                n = len(c)
+                if n <= st.fast_limit:
+                    if fn is not None:
+                        fn(c, n)
+                    # The same order as _policy.decide, so plan() tells the
+                    # truth even when CLEARPAGES_NT_THRESHOLD is below vector_max.
+                    elif n >= st.fast_nt:
+                        st.fn_nt(c, n)
+                    elif n < st.fast_small:
+                        st.fn_small(c, n)
+                    else:
+                        st.fn_temporal(c, n)
+                    return
     _clear(buf, method, threads, hot)
 
 

@@ -84,6 +84,7 @@ def test_chunked_one_unit_per_slice(monkeypatch, method, threads):
     # Small units, so that a few MiB make a job of many of them.
     monkeypatch.setattr(_core._state, "thresholds",
                         dataclasses.replace(cp.thresholds(), chunk=64 * KiB))
+    monkeypatch.setattr(_core._state, "fast_limit", 64 * KiB)   # the lean path's copy
     n = 6 * MiB + 4099
     whole, view, start = guarded(np, n, 4095)
     calls = []
