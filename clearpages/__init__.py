@@ -31,10 +31,10 @@ __version__ = "0.1.0"
 __all__ = [
     "ALL_METHODS",
     "CPU",
+    "ROUTINES",
     "HugePagesUnavailable",
     "PageIndexError",
     "Plan",
-    "ROUTINES",
     "Region",
     "Thresholds",
     "UnsupportedMethod",

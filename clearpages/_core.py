@@ -386,7 +386,7 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
         except (TypeError, BufferError, ValueError):
             cds = None  # outside the handler: no traceback holding the exports
     if cds is None:
-        addrs, lens, keep = _many_slow(bufs)   # noqa: F841 (exports held until done)
+        addrs, lens, _keep = _many_slow(bufs)   # _keep: exports held until done
         total = sum(lens)
         if not lens:
             return

@@ -135,7 +135,7 @@ KINDS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_buffer_kinds(kind, n, kw):
     _call_ok(kw)
-    obj, keep, check = KINDS[kind](n)
+    obj, _keep, check = KINDS[kind](n)
     cp.clear(obj, **kw)
     assert check()
 
@@ -200,7 +200,7 @@ VIEWS = {
 }
 
 
-@pytest.mark.parametrize("kw", [c for c in CALLS])
+@pytest.mark.parametrize("kw", list(CALLS))
 @pytest.mark.parametrize("view", sorted(VIEWS))
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64, np.complex128], ids=str)
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -387,8 +387,12 @@ def test_no_reference_cycle_keeps_the_array(view):
     gc.disable()
     try:
         base = np.ones((200, 300))
-        v = {"strided": lambda: base[:, ::2], "fortran": lambda: np.asfortranarray(base),
-             "transpose": lambda: base.T}[view]()
+        if view == "strided":
+            v = base[:, ::2]
+        elif view == "fortran":
+            v = np.asfortranarray(base)
+        else:
+            v = base.T
         ref = weakref.ref(base)
         cp.clear(v)
         cp.clear(v, method="libc", threads=2)

@@ -12,8 +12,7 @@ import warnings
 import pytest
 
 import clearpages as cp
-from clearpages import _calibration as cal
-from clearpages import _core, _measure, _policy
+from clearpages import _calibration as cal, _core, _measure, _policy
 from clearpages._policy import KiB, MiB
 from clearpages._routines import BY_NAME
 

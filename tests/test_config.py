@@ -8,10 +8,10 @@ import os
 import warnings
 
 import pytest
+from conftest import run_python
 
 import clearpages as cp
 from clearpages import _config, _core
-from conftest import run_python
 
 MiB = 1 << 20
 

@@ -10,10 +10,10 @@ import mmap
 import random
 
 import pytest
+from conftest import FILL, guarded
 
 import clearpages as cp
 from clearpages import _core
-from conftest import FILL, guarded
 
 np = pytest.importorskip("numpy")
 hypothesis = pytest.importorskip("hypothesis")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import FILL, check_guarded, guarded, run_python
 
 import clearpages as cp
 from clearpages import _core
-from conftest import FILL, check_guarded, guarded, run_python
 
 np = pytest.importorskip("numpy")
 hypothesis = pytest.importorskip("hypothesis")

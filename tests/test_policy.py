@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_cpu import ICE, ICE_NO_ZMM, MILAN, OLD, XCR0_AVX512, XCR0_SSE, ice_lake_leaves
 
 import clearpages as cp
 from clearpages import _cpu, _policy
-from test_cpu import ICE, ICE_NO_ZMM, MILAN, OLD, XCR0_AVX512, XCR0_SSE, ice_lake_leaves
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ALL = frozenset(cp.ALL_METHODS)

@@ -12,11 +12,11 @@ import threading
 import time
 
 import pytest
+from conftest import FILL, ROOT, check_guarded, guarded
 
 import clearpages as cp
 from clearpages import _core
 from clearpages._routines import BY_NAME
-from conftest import FILL, ROOT, check_guarded, guarded
 
 np = pytest.importorskip("numpy")
 
@@ -103,7 +103,7 @@ def test_chunked_one_unit_per_slice(monkeypatch, method, threads):
     check_guarded(np, whole, start, n)
     assert len(calls) >= -(-n // (64 * KiB)) // threads     # back between slices
     calls.clear()
-    pool, pview, pstart = guarded(np, 600 * 4096, 0)
+    _pool, pview, _pstart = guarded(np, 600 * 4096, 0)
     pages = np.arange(600)[::-1][::2]
     cp.clear_pages(pview, pages, method=method, threads=threads)
     rows = pview.reshape(600, 4096)
