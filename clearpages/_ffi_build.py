@@ -31,6 +31,11 @@ COMPILE_ARGS = ["-O2", "-Wall", "-Wextra", "-fcf-protection=full",
                 "-Wa,--noexecstack", "-pthread"]
 PORTABLE_COMPILE_ARGS = ["-O2", "-Wall", "-Wextra", "-pthread"]
 LINK_ARGS = ["-pthread", "-Wl,-z,noexecstack"]
+# The linker marks the module IBT/SHSTK compatible only if every input is;
+# Debian's crti.o/crtn.o (the _init/_fini fragments, whose _init has no
+# endbr64) are not.  An extension module needs neither: ld.so runs its
+# init_array, not DT_INIT, and nothing here registers C++ destructors.
+NATIVE_LINK_ARGS = LINK_ARGS + ["-nostartfiles"]
 
 
 def routines():
@@ -95,7 +100,7 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
         include_dirs=[str(CSRC), str(ASM)],
         define_macros=defines,
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
-        extra_link_args=LINK_ARGS,
+        extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,
         # pyviews.c uses the full CPython API (PyObject_GetBuffer on many
         # objects without building a cdata for each).
         py_limited_api=False,
