@@ -458,7 +458,8 @@ def plot_bench(data: dict[str, Any], path: str) -> None:
     for name, pts in by_name.items():
         pts.sort()
         xs = [p[0] for p in pts]
-        style = {"linewidth": 2.5, "color": "black"} if name == _measure.AUTO else {}
+        style: dict[str, Any] = ({"linewidth": 2.5, "color": "black"}
+                                 if name == _measure.AUTO else {})
         if name in _measure.COMPETITORS:
             style = {"linestyle": "--"}
         (line,) = ax.plot(xs, [p[1] for p in pts], marker="o", markersize=3, label=name,

@@ -172,12 +172,12 @@ def load(cpu: Any, methods: Sequence[str], setting: str | None,
             what = "no CPU identity"
         _warn(path, "written for another CPU: %s" % what)
         return None
-    th = data.get("thresholds")
+    th: Any = data.get("thresholds")
     bad = _check_values(th)
     if bad is not None:
         _warn(path, "corrupt: %s" % bad)
         return None
-    why_in = data.get("why") if isinstance(data.get("why"), dict) else {}
+    why_in: Any = data.get("why") if isinstance(data.get("why"), dict) else {}
     values = {k: th[k] for k in FIELDS}
     why = dict(default.why)
     for key in FIELDS:
@@ -228,7 +228,8 @@ Table = Mapping[int, Mapping[str, Any]]
 
 
 def _noise(a: Any, b: Any, floor: float) -> float:
-    return max(floor, a.rel_spread, b.rel_spread)
+    spread: float = max(floor, a.rel_spread, b.rel_spread)
+    return spread
 
 
 def _judge(data: Table, pick: Mapping[int, str], base: Mapping[int, str],
@@ -306,7 +307,7 @@ def select_threads(cpu: Any, th: Thresholds, data: Table, counts: Sequence[int],
         return {s: measured(choose_threads(cpu, t, s)) for s in sizes}
 
     base = chooser(th)
-    best: tuple[Any, ...] | None = None
+    best: tuple[tuple[Any, ...], Thresholds] | None = None
     for most in sorted({th.max_threads, 1} | set(counts)):
         for tmin in sorted({th.thread_min} | set(sizes)):
             cand = dataclasses.replace(th, thread_min=tmin, max_threads=most)
@@ -436,17 +437,17 @@ class Result:
             rows.append({"size": size, "threads": 1, "default": d, "calibrated": c,
                          "default_gbps": row[d].median, "calibrated_gbps": row[c].median})
         for size in sorted(self.threads):
-            d = choose_threads(cpu, self.default, size)
-            c = choose_threads(cpu, self.thresholds, size)
+            dn = choose_threads(cpu, self.default, size)
+            cn = choose_threads(cpu, self.thresholds, size)
             row = self.threads[size]
             counts = sorted(int(k) for k in row)
 
             def near(n: int, counts: list[int] = counts) -> str:
                 return str(max(k for k in counts if k <= n))
             rows.append({"size": size, "threads": "auto", "default": "%d thread%s" % (
-                d, "" if d == 1 else "s"), "calibrated": "%d thread%s" % (
-                c, "" if c == 1 else "s"), "default_gbps": row[near(d)].median,
-                "calibrated_gbps": row[near(c)].median})
+                dn, "" if dn == 1 else "s"), "calibrated": "%d thread%s" % (
+                cn, "" if cn == 1 else "s"), "default_gbps": row[near(dn)].median,
+                "calibrated_gbps": row[near(cn)].median})
         return rows
 
 

@@ -13,7 +13,7 @@ import array
 import os
 import platform
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _calibration, _config, _cpu, _policy
 from ._native import ffi, lib
@@ -299,7 +299,7 @@ def _clear(buf: Any, method: str, threads: Any, hot: Any) -> None:
     _check_method(method, region_ok=True)
     _check_threads(threads)
     if method == "discard":
-        discard = getattr(buf, "_clearpages_discard", None)
+        discard: Any = getattr(buf, "_clearpages_discard", None)
         if discard is None:
             _check_method(method)       # raises: discard is for Regions
         if hot is not None:
@@ -361,11 +361,11 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
     """
     _check_method(method)
     _check_threads(threads)
-    bufs = bufs if type(bufs) in (list, tuple) else list(bufs)
+    seq = cast("Sequence[Any]", bufs if type(bufs) in (list, tuple) else list(bufs))
     if _VIEWS_IN_C:
         # Every buffer acquired in C, under the GIL, in one call.
         bad = ffi.new("size_t *")
-        views = lib.cp_views_acquire(id(bufs), bad)
+        views = lib.cp_views_acquire(id(seq), bad)
         if views != ffi.NULL:
             try:
                 count = lib.cp_views_count(views)
@@ -377,16 +377,16 @@ def clear_many(bufs: Iterable[Any], *, method: str = "auto",
             finally:
                 lib.cp_views_release(views)
             return
-        if bad[0] >= len(bufs):
-            raise MemoryError("clearpages: no memory for %d buffer views" % len(bufs))
+        if bad[0] >= len(seq):
+            raise MemoryError("clearpages: no memory for %d buffer views" % len(seq))
         cds = None      # one has no writable contiguous buffer: the slow path says which
     else:
         try:
-            cds = [_from_buffer(_CHARS, b, True) for b in bufs]
+            cds = [_from_buffer(_CHARS, b, True) for b in seq]
         except (TypeError, BufferError, ValueError):
             cds = None  # outside the handler: no traceback holding the exports
     if cds is None:
-        addrs, lens, _keep = _many_slow(bufs)   # _keep: exports held until done
+        addrs, lens, _keep = _many_slow(seq)   # _keep: exports held until done
         total = sum(lens)
         if not lens:
             return
@@ -414,7 +414,7 @@ def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int], list[Any]]:
     first unusable buffer."""
     addrs: list[int] = []
     lens: list[int] = []
-    keep = []
+    keep: list[Any] = []
     for i, b in enumerate(bufs):
         try:
             ptr, n, runs = _extent(b)

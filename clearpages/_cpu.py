@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 from ._native import ffi, lib
 
@@ -107,7 +108,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def from_info(info, *, sysfs: dict[str, int] | None = None, cores: int = 1) -> CPU:
+def from_info(info: Any, *, sysfs: dict[str, int] | None = None, cores: int = 1) -> CPU:
     """A CPU from a native ``struct cp_cpu_info`` (probed or decoded)."""
     caches = {"l1d": int(info.l1d), "l2": int(info.l2), "l3": int(info.l3)}
     notes = []

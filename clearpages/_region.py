@@ -186,15 +186,16 @@ def _table_alignment(size: int, page: int) -> int:
 _memory_types: dict[int, type] = {}
 
 
-def _memory_type(size: int) -> type:
+def _memory_type(size: int) -> Any:
     """A ctypes array type of `size` bytes.  Made directly (not c_char * size,
     which ctypes caches forever), subclassed in Python so that its instances
     take weak references (for the finalizer), and kept for the last few
     sizes: making a type costs more than a PUD move."""
     t = _memory_types.get(size)
     if t is None:
-        base = type(ctypes.Array)("_RegionBytes", (ctypes.Array,),
-                                  {"_type_": ctypes.c_char, "_length_": size})
+        array_meta: Any = type(ctypes.Array)
+        base = array_meta("_RegionBytes", (ctypes.Array,),
+                          {"_type_": ctypes.c_char, "_length_": size})
         t = type("RegionMemory", (base,), {"__module__": __name__})
         if len(_memory_types) >= 32:
             del _memory_types[next(iter(_memory_types))]
@@ -493,7 +494,7 @@ class Region:
                 raise
             if err:
                 self._adopt(address, size)
-                return err
+                return int(err)
             self._adopt(out[0], new_size)
             return 0
 
