@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import platform
 import runpy
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cffi import FFI
 
@@ -38,12 +40,12 @@ LINK_ARGS = ["-pthread", "-Wl,-z,noexecstack"]
 NATIVE_LINK_ARGS = LINK_ARGS + ["-nostartfiles"]
 
 
-def routines():
+def routines() -> Any:
     """The routine table, loaded by path: the package is not importable yet."""
     return runpy.run_path(str(Path(__file__).with_name("_routines.py")))["ROUTINES"]
 
 
-def is_portable(machine: str | None = None, env: dict[str, str] | None = None) -> bool:
+def is_portable(machine: str | None = None, env: Mapping[str, str] | None = None) -> bool:
     """True when only the portable (memset) build can or should be made."""
     machine = (machine if machine is not None else platform.machine()).lower()
     env = os.environ if env is None else env
@@ -53,7 +55,7 @@ def is_portable(machine: str | None = None, env: dict[str, str] | None = None) -
     return flag in ("1", "true", "yes") or machine not in _X86_64_MACHINES
 
 
-def asm_routines(portable: bool):
+def asm_routines(portable: bool) -> list[Any]:
     """The table entries assembled from asm/ (none in a portable build)."""
     return [] if portable else [r for r in routines() if r.source.startswith("asm/")]
 
