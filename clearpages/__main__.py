@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from . import __version__, _calibration, _config, _core, _cpu, _measure
-from ._policy import format_size
+from ._policy import NEVER, format_size
 from ._routines import BY_NAME, ROUTINES
 
 #: What each feature is for, as `info` shows it.
@@ -303,7 +303,7 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
         if k in ("max_threads",):
             shown = "all (%d)" % cpu.cores if val == 0 else str(val)
         elif isinstance(val, int):
-            shown = "never" if val >= 1 << 62 else format_size(val)
+            shown = "never" if val >= NEVER else format_size(val)
         else:
             shown = val
         why = th.reason(k)
@@ -538,7 +538,7 @@ def _show(field: str, value: Any, cores: int) -> str:
     if field == "max_threads":
         return "all (%d)" % cores if value == 0 else str(value)
     if isinstance(value, int):
-        return "never" if value >= 1 << 62 else format_size(value)
+        return "never" if value >= NEVER else format_size(value)
     return str(value)
 
 

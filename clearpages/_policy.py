@@ -36,6 +36,11 @@ DEFAULT_THREAD_MIN = 64 * MiB
 #: (measured on Zen 4 at 1 GiB: AVX-512 79 GB/s, AVX2 ~, rep stosb 73).
 STREAMING_PREFERENCE = ("avx512_nt", "avx2_nt", "movnti")
 
+#: A threshold no size reaches: plan() and clear() take at most 2**56 bytes
+#: (_config.MAX_SIZE), calibration files at most 2**62, and
+#: ``python -m clearpages info`` shows it as "never".
+NEVER = 1 << 62
+
 Threads = Union[int, str]
 
 
@@ -102,9 +107,11 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
     last = cpu.last_cache
     if streaming is None:
         # A portable build: memset is all there is.
-        return Thresholds(vector_max=1 << 62, nt_min=1 << 62, temporal="libc",
+        only = "memset is the only routine in this build"
+        return Thresholds(vector_max=NEVER, nt_min=NEVER, temporal="libc",
                           streaming="libc",
-                          why=(("streaming", "no streaming routine in this build"),))
+                          why=(("streaming", "no streaming routine in this build"),
+                               ("vector_max", only), ("nt_min", only), ("temporal", only)))
     why.append(("streaming", "%s: the widest streaming store this CPU has" % streaming))
 
     if "erms" in cpu.features and usable("rep_stosb", cpu, built):
@@ -123,7 +130,7 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
                     % ("/FSRM" if "fsrm" in cpu.features else "")))
     else:
         temporal = "libc"
-        vector_max = 1 << 62
+        vector_max = NEVER
         why.append(("temporal", "libc memset: no ERMS, so rep stosb is slow to start"))
         why.append(("vector_max", "no ERMS: memset's vector stores up to the streaming threshold"))
 
@@ -203,10 +210,16 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
     method = forced or pick(th, nbytes, count)
     if forced is not None:
         method, reason = forced, "CLEARPAGES_METHOD forces %s" % forced
+    elif th.streaming == th.temporal == "libc":
+        # A portable build: memset on both sides of every threshold.
+        reason = "%s: %s" % (what, th.reason("temporal"))
     elif method == th.streaming and nbytes >= th.nt_min:
         reason = ("%s is at least the streaming threshold %s (%s): non-temporal "
                   "stores skip the read-for-ownership and keep the cache for other data"
                   % (what, format_size(th.nt_min), th.reason("nt_min")))
+    elif method == "libc" and th.vector_max >= NEVER and nbytes < th.nt_min:
+        reason = "%s is below the streaming threshold %s: memset (%s)" % (
+            what, format_size(th.nt_min), th.reason("vector_max"))
     elif method == "libc" and nbytes < th.nt_min:
         reason = ("%s is below %s%s (%s): memset's vector stores start fastest"
                   % (what, format_size(th.vector_max), " a piece" if count > 1 else "",

@@ -17,13 +17,24 @@ import pytest
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clearpages-test-cache-")
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _core, _native
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Guard bytes on each side of a cleared range, and the value they hold.
 GUARD = 256
 FILL = 0xA5
+
+
+#: The assembly routines are built (False in a portable build, where the C
+#: library's memset is the only routine: methods() == ("libc",)).
+NATIVE = hasattr(_native.lib, "cp_clear_rep_stosb")
+
+#: For a test whose subject is a native routine: skipped, with the reason, in
+#: a portable build; it runs wherever the routines are built.
+needs_native = pytest.mark.skipif(
+    not NATIVE, reason="needs the assembly routines; this is a portable build "
+    "(only the C library's memset)")
 
 
 def pytest_configure(config):

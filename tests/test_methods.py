@@ -160,9 +160,11 @@ def test_unavailable_methods_raise_unsupported():
     assert set(out) == set(cp.ALL_METHODS) - set(cp.methods())
     for name, results in out.items():
         feature = "".join(sorted(cp.ROUTINES[cp.ALL_METHODS.index(name)].requires))
+        # A portable build lacks the routine itself, whatever the CPU has.
+        why = feature if name in _core._state.built else "not in this build"
         for msg in results:
             assert msg != "ran", name
-            assert name in msg and feature in msg, msg
+            assert name in msg and why in msg, msg
 
 
 def test_disabled_features_make_methods_unsupported():
@@ -172,6 +174,9 @@ def test_disabled_features_make_methods_unsupported():
     assert not {"avx512_nt", "avx2_nt", "clzero"} & set(left)
     for name, feature in (("avx512_nt", "avx512f"), ("avx2_nt", "avx2")):
         for msg in out[name]:
+            if name not in _core._state.built:
+                assert "not in this build" in msg, msg
+                continue
             assert feature in msg, msg
             if feature in cp.cpu().features:
                 assert "CLEARPAGES_DISABLE" in msg, msg

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import FILL, ROOT, check_guarded, guarded
+from conftest import FILL, ROOT, check_guarded, guarded, needs_native
 
 import clearpages as cp
 from clearpages import _core
@@ -236,7 +236,8 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("method, threads", [("mov_loop", 1), ("auto", 2)])
+@pytest.mark.parametrize("method, threads", [pytest.param("mov_loop", 1, marks=needs_native),
+                                             ("auto", 2)])
 def test_ctrl_c_interrupts_a_long_clear(method, threads, record_property):
     """SIGINT during a loop of 1 GiB clears: KeyboardInterrupt arrives within
     a generous 2 s (the 100 ms goal is for the benchmark and a quiet machine);
