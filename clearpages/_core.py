@@ -10,6 +10,7 @@ between slices and other Python threads run meanwhile.
 from __future__ import annotations
 
 import array
+import ctypes
 import os
 import platform
 from collections.abc import Iterable, Sequence
@@ -80,9 +81,15 @@ class _State:
         self.fast_limit = th.chunk
         self.fast_small = th.vector_max
         self.fast_nt = th.nt_min
-        self.fn_small = self.direct[f or "libc"]
-        self.fn_temporal = self.direct[f or th.temporal]
-        self.fn_nt = self.direct[f or th.streaming]
+        self.fast_names = (f or "libc", f or th.temporal, f or th.streaming)
+        self.fn_small, self.fn_temporal, self.fn_nt = (self.direct[n] for n in self.fast_names)
+
+    def activate(self) -> None:
+        """Make this the state the C fast path follows."""
+        if hasattr(lib, "cp_fast_configure"):
+            small, temporal, nt = (self.pointer[n] for n in self.fast_names)
+            lib.cp_fast_configure(self.fast_limit, self.fast_small, self.fast_nt,
+                                  small, temporal, nt)
 
     def missing(self, name: str) -> str | None:
         """Why this machine cannot run the routine, or None if it can."""
@@ -106,12 +113,27 @@ class _State:
 
 
 _state = _State()
+_state.activate()
+
+
+def _fast_function() -> Any:
+    """clear(buf) with default arguments, in C (csrc/pyfast.c): CPython only."""
+    if platform.python_implementation() != "CPython" or not hasattr(lib, "cp_fast_function"):
+        return None
+    address = lib.cp_fast_function()
+    return ctypes.cast(address, ctypes.py_object).value if address else None
+
+
+#: f(buf) -> bool: True when it cleared buf, False when the general path must.
+_fast_clear = _fast_function()
 
 
 def reload_config(env: dict[str, str] | None = None) -> None:
     """Read the CLEARPAGES_* variables (and the calibration) again."""
     global _state
-    _state = _State(env)
+    state = _State(env)         # raises on a bad variable: nothing changes then
+    state.activate()
+    _state = state
 
 
 # ---- buffers ------------------------------------------------------------
@@ -269,6 +291,9 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
     the rest is cleared with streaming stores.
     """
     # `is`, not ==: True and 1.0 equal 1 but are not a thread count.
+    if method == "auto" and threads is _ONE and hot is None and _fast_clear is not None \
+            and _fast_clear(buf):
+        return
     if threads is _ONE and hot is None:
         st = _state
         # An explicit method this machine runs takes the same lean path.

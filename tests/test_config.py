@@ -146,10 +146,35 @@ def test_calibration_setting_is_read(config):
     assert _core._state.config.calibration == "/nonexistent/policy.json"
 
 
+LEAN_SIZES = (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB)
+
+
+@pytest.mark.skipif(_core._fast_clear is None, reason="the C fast path is CPython-only")
 @pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
-def test_lean_path_runs_what_plan_says(config, nt):
-    """clear()'s per-call shortcut picks the same routine as plan()."""
+def test_c_fast_path_runs_what_plan_says(config, nt):
+    """clear()'s per-call shortcut in C (csrc/pyfast.c) picks the same
+    routine as plan(), and clears."""
     config({} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt})
+    st = _core._state
+    for n in LEAN_SIZES:
+        route = _core.lib.cp_fast_route(n)
+        assert route in (0, 1, 2), n
+        assert st.fast_names[route] == cp.plan(n, threads=1).method, n
+        buf = bytearray(b"\x01" * n)
+        assert _core._fast_clear(buf) is True
+        assert buf.count(0) == n
+    assert _core.lib.cp_fast_route(st.fast_limit + 1) == -1   # jobs take over
+    assert _core._fast_clear(bytearray(st.fast_limit + 1)) is False
+    assert _core._fast_clear(b"read-only") is False        # refused, not raised
+    assert _core._fast_clear(object()) is False
+
+
+@pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
+def test_lean_path_runs_what_plan_says(config, nt, monkeypatch):
+    """clear()'s per-call shortcut in Python (where the C one is absent)
+    picks the same routine as plan()."""
+    config({} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt})
+    monkeypatch.setattr(_core, "_fast_clear", None)
     st = _core._state
     names = {id(fn): name for name, fn in st.direct.items()}
     ran = []
@@ -165,7 +190,7 @@ def test_lean_path_runs_what_plan_says(config, nt):
 
     for attr in ("fn_small", "fn_temporal", "fn_nt"):
         spy(attr)
-    for n in (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB):
+    for n in LEAN_SIZES:
         del ran[:]
         buf = bytearray(b"\x01" * n)
         cp.clear(buf)
