@@ -90,19 +90,43 @@ static void sort_items(struct item *a, struct item *tmp, size_t n)
         memcpy(a, src, n * sizeof(*a));
 }
 
+/* The job over m sorted, disjoint extents (ext, of room for at least one);
+ * takes ownership of ext, frees it on failure. */
+static struct cp_job *job_from_extents(struct extent *ext, size_t m)
+{
+    struct cp_job *job = calloc(1, sizeof(*job));
+    size_t *cum = malloc((m + 1) * sizeof(*cum));
+    if (!job || !cum) {
+        free(job);
+        free(cum);
+        free(ext);
+        return NULL;
+    }
+    job->phase = m ? (uintptr_t)ext[0].addr % SPLIT_ALIGN : 0;
+    size_t pos = job->phase;
+    for (size_t i = 0; i < m; i++) {
+        cum[i] = pos;
+        pos += ext[i].len;
+    }
+    cum[m] = pos;
+    job->ext = ext;
+    job->cum = cum;
+    job->n = m;
+    job->end = pos;
+    job->threads = 1;
+    job->unit = SPLIT_ALIGN;
+    return job;
+}
+
 /* Build the job from items (base + key, len): sort, drop empties, merge
  * touching or overlapping ones.  Frees items. */
 static struct cp_job *job_from_items(char *base, struct item *items, size_t n)
 {
     struct item *tmp = malloc((n ? n : 1) * sizeof(*tmp));
-    struct cp_job *job = calloc(1, sizeof(*job));
     struct extent *ext = malloc((n ? n : 1) * sizeof(*ext));
-    size_t *cum = malloc((n + 1) * sizeof(*cum));
-    if (!tmp || !job || !ext || !cum) {
+    if (!tmp || !ext) {
         free(tmp);
-        free(job);
         free(ext);
-        free(cum);
         free(items);
         return NULL;
     }
@@ -128,21 +152,59 @@ static struct cp_job *job_from_items(char *base, struct item *items, size_t n)
         m++;
     }
     free(items);
+    return job_from_extents(ext, m);
+}
 
-    job->phase = m ? (uintptr_t)ext[0].addr % SPLIT_ALIGN : 0;
-    size_t pos = job->phase;
-    for (size_t i = 0; i < m; i++) {
-        cum[i] = pos;
-        pos += ext[i].len;
+/* Pages of a pool usually cover a good part of it: then one bit per page
+ * of the buffer is small, setting bits needs no sort, repeats vanish, and
+ * runs of set bits are the merged extents, found a word at a time.  Used
+ * while the bitmap is at most this many bytes per listed page (or 64 KiB). */
+#define BITMAP_BYTES_PER_PAGE 16
+#define BITMAP_BYTES_ANYWAY (64u << 10)
+
+static size_t next_bit(const uint64_t *bm, size_t words, size_t from, int set)
+{
+    size_t w = from >> 6;
+    if (w >= words)
+        return words * 64;
+    uint64_t flip = set ? 0 : ~0ull;
+    uint64_t word = (bm[w] ^ flip) & (~0ull << (from & 63));
+    while (!word) {
+        if (++w == words)
+            return words * 64;
+        word = bm[w] ^ flip;
     }
-    cum[m] = pos;
-    job->ext = ext;
-    job->cum = cum;
-    job->n = m;
-    job->end = pos;
-    job->threads = 1;
-    job->unit = SPLIT_ALIGN;
-    return job;
+    return w * 64 + (size_t)__builtin_ctzll(word);
+}
+
+static struct cp_job *job_from_bitmap(char *base, size_t buflen,
+                                      const int64_t *pages, size_t n,
+                                      size_t page_size, uint64_t npages)
+{
+    size_t words = (size_t)((npages + 63) / 64);
+    uint64_t *bm = calloc(words ? words : 1, sizeof(*bm));
+    struct extent *ext = malloc((n ? n : 1) * sizeof(*ext));
+    if (!bm || !ext) {
+        free(bm);
+        free(ext);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        bm[pages[i] >> 6] |= 1ull << (pages[i] & 63);
+    size_t m = 0;
+    for (size_t p = next_bit(bm, words, 0, 1); p < npages;) {
+        size_t end = next_bit(bm, words, p, 0);
+        if (end > npages)
+            end = (size_t)npages;
+        uint64_t off = (uint64_t)p * page_size;
+        uint64_t stop = (uint64_t)end * page_size;
+        ext[m].addr = base + off;
+        ext[m].len = (size_t)((stop < buflen ? stop : buflen) - off);
+        m++;
+        p = next_bit(bm, words, end, 1);
+    }
+    free(bm);
+    return job_from_extents(ext, m);
 }
 
 struct cp_job *cp_job_new(char *const *addrs, const size_t *lens, size_t n)
@@ -175,6 +237,12 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
             *bad = i;
             return NULL;
         }
+    }
+    if (npages / 8 <= BITMAP_BYTES_ANYWAY || npages / 8 / BITMAP_BYTES_PER_PAGE <= n) {
+        struct cp_job *job = job_from_bitmap(base, buflen, pages, n, page_size, npages);
+        if (!job)
+            *bad = n;
+        return job;
     }
     struct item *items = malloc((n ? n : 1) * sizeof(*items));
     if (!items) {

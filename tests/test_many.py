@@ -424,3 +424,32 @@ def test_property_many(spans, method, threads):
         want[s:s + n] = 0
     assert np.array_equal(view, want)
     assert (whole[:start] == FILL).all() and (whole[start + 25_000:] == FILL).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(npages=st.integers(600_000, 1_500_000), data=st.data(),
+       threads=st.sampled_from((1, 2)))
+def test_property_pages_sparse_in_a_large_buffer(npages, data, threads):
+    """Few pages of many (1-byte pages, so the buffer stays small): the list
+    is sorted and merged rather than marked in a bitmap of every page; the
+    result is the same."""
+    pages = data.draw(st.lists(st.integers(0, npages - 1), max_size=40))
+    buf = np.full(npages, FILL, dtype=np.uint8)
+    cp.clear_pages(buf, pages, page_size=1, threads=threads)
+    want = np.full(npages, FILL, dtype=np.uint8)
+    want[np.array(pages, dtype=np.int64)] = 0
+    assert np.array_equal(buf, want)
+
+
+def test_pages_both_paths_agree():
+    """The same list through the bitmap (dense) and the sort (sparse) paths."""
+    rng = random.Random(7)
+    npages = 1 << 20                      # 1-byte pages: a 128 KiB bitmap
+    dense = [rng.randrange(npages) for _ in range(200_000)]
+    sparse = dense[:50]
+    for pages in (dense, sparse, sparse + sparse[::-1], [npages - 1, 0, npages - 1]):
+        buf = np.full(npages, FILL, dtype=np.uint8)
+        cp.clear_pages(buf, pages, page_size=1)
+        want = np.full(npages, FILL, dtype=np.uint8)
+        want[np.array(pages, dtype=np.int64)] = 0
+        assert np.array_equal(buf, want)
