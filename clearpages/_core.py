@@ -457,6 +457,7 @@ def _many_slow(bufs: Sequence[Any]) -> tuple[list[int], list[int], list[Any]]:
 
 
 _INT_CODES = frozenset("bBhHiIlLqQ")
+_ZERO_INDEX = (0,)
 
 
 def _page_indices(pages: Any) -> Any:
@@ -475,11 +476,28 @@ def _page_indices(pages: Any) -> Any:
             raise PageIndexError("page index %d is past the end of any buffer"
                                  % int(pages.max()))
         return np.ascontiguousarray(pages.reshape(-1), dtype=np.int64)
+    if _VIEWS_IN_C and type(pages) in (list, tuple):
+        # Read in C, one PyLong_AsLongLong an item: a quarter of the time
+        # array.array takes for a long list.
+        out = array.array("q", _ZERO_INDEX) * len(pages)
+        bad = ffi.new("size_t *")
+        dest = ffi.cast("int64_t *", _from_buffer(out))
+        rc = lib.cp_int64_from_sequence(id(pages), dest, len(out), bad)
+        del dest
+        if rc == 0:
+            return out
+        if rc == 1:
+            raise TypeError("pages must be a sequence or buffer of integer page indices; "
+                            "item %d is %s" % (bad[0], type(pages[bad[0]]).__name__))
+        if rc == 2:
+            raise PageIndexError("page index %d (position %d) is outside any buffer "
+                                 "(beyond the 64-bit range)" % (pages[bad[0]], bad[0]))
+        # rc == 3: the list changed meanwhile; read it the slow way.
     try:
         return array.array("q", pages)
     except OverflowError:
-        raise PageIndexError("a page index is past the end of any buffer "
-                             "(larger than 2**63 - 1)") from None
+        raise PageIndexError("a page index is outside any buffer "
+                             "(beyond the 64-bit range)") from None
     except TypeError as e:
         raise TypeError("pages must be a sequence or buffer of integer page indices: %s"
                         % e) from None

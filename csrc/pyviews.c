@@ -81,3 +81,27 @@ void cp_views_release(struct cp_views *views)
     PyGILState_Release(gil);
     free(views);
 }
+
+int cp_int64_from_sequence(uintptr_t seq_addr, int64_t *out, size_t n, size_t *bad)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *seq = (PyObject *)seq_addr;
+    int rc = 0;
+    if ((size_t)PySequence_Fast_GET_SIZE(seq) != n) {
+        rc = 3;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+        if (v == -1 && PyErr_Occurred()) {
+            rc = PyErr_ExceptionMatches(PyExc_OverflowError) ? 2 : 1;
+            PyErr_Clear();
+            *bad = i;
+            goto out;
+        }
+        out[i] = v;
+    }
+out:
+    PyGILState_Release(gil);
+    return rc;
+}

@@ -25,6 +25,13 @@ struct cp_job *cp_views_job(const struct cp_views *views);
 /* Takes the GIL and releases every buffer; frees views. */
 void cp_views_release(struct cp_views *views);
 
+/* Page indices from a list or tuple (seq is its id()) into out, which has
+ * room for n: each item as PyLong_AsLongLong reads it (ints, bools, objects
+ * with __index__).  Returns 0; 1 with *bad = the first item that is not an
+ * integer; 2 with *bad = the first beyond int64; 3 when the sequence no
+ * longer has n items.  Takes the GIL. */
+int cp_int64_from_sequence(uintptr_t seq, int64_t *out, size_t n, size_t *bad);
+
 /* END CDEF */
 
 #endif

@@ -453,3 +453,20 @@ def test_pages_both_paths_agree():
         want = np.full(npages, FILL, dtype=np.uint8)
         want[np.array(pages, dtype=np.int64)] = 0
         assert np.array_equal(buf, want)
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+def test_pages_list_items_read_like_array(container):
+    """A list or tuple is read in C; it takes what array.array('q') takes
+    (ints, bools, objects with __index__) and refuses the rest the same way."""
+    buf = np.full(8 * 16, FILL, dtype=np.uint8)
+    cp.clear_pages(buf, container([np.int64(3), True, 5]), page_size=16)
+    want = np.full(8 * 16, FILL, dtype=np.uint8)
+    for p in (3, 1, 5):
+        want[p * 16:(p + 1) * 16] = 0
+    assert np.array_equal(buf, want)
+    with pytest.raises(TypeError, match="item 1 is str"):
+        cp.clear_pages(buf, container([0, "1"]), page_size=16)
+    with pytest.raises(cp.PageIndexError, match="position 1"):
+        cp.clear_pages(buf, container([0, -(1 << 70)]), page_size=16)
+    assert (buf[:16] == 0).all() and (buf[16:32] == 0).all()   # from the first call only
