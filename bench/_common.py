@@ -60,6 +60,13 @@ def fmt_size(n: int) -> str:
     return "%dB" % n
 
 
+def size_arg(text: str) -> int:
+    """argparse type for sizes: 4096, 64K, 1G (binary units)."""
+    from clearpages._config import parse_size
+
+    return parse_size(text)
+
+
 def env_scale() -> float:
     """CLEARPAGES_BENCH_SCALE: multiplies the 1 GiB working sets (0.0625 = 64 MiB)."""
     raw = os.environ.get("CLEARPAGES_BENCH_SCALE", "1")

@@ -82,7 +82,7 @@ def run(quick: bool = False, size: int | None = None, rounds: int | None = None)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="4k and 2m pages, 5 moves each")
-    ap.add_argument("--size", type=_parse, help="region size (default 1G)")
+    ap.add_argument("--size", type=_common.size_arg, help="region size (default 1G)")
     ap.add_argument("--rounds", type=int)
     a = ap.parse_args(argv)
     print(_common.machine_label())
@@ -90,11 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     print(run(a.quick, a.size, a.rounds))
     return 0
 
-
-def _parse(s: str) -> int:
-    from clearpages._config import parse_size
-
-    return parse_size(s)
 
 
 def test_repro_mremap_quick():

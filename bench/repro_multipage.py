@@ -73,7 +73,7 @@ def run(quick: bool = False, region: int | None = None, rounds: int | None = Non
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="256 MiB region, 5 rounds")
-    ap.add_argument("--region", type=_parse, help="region size (default 2G; 1G extents "
+    ap.add_argument("--region", type=_common.size_arg, help="region size (default 2G; 1G extents "
                     "need at least 1G)")
     ap.add_argument("--rounds", type=int)
     a = ap.parse_args(argv)
@@ -82,11 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     print(run(a.quick, a.region, a.rounds))
     return 0
 
-
-def _parse(s: str) -> int:
-    from clearpages._config import parse_size
-
-    return parse_size(s)
 
 
 def test_repro_multipage_quick():

@@ -104,7 +104,7 @@ def run(quick: bool = False, size: int | None = None, rounds: int | None = None,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 GiB, 3 rounds")
-    ap.add_argument("--size", type=_parse, help="region size (default 4G)")
+    ap.add_argument("--size", type=_common.size_arg, help="region size (default 4G)")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--reserve-1g", action="store_true",
                     help="as root, reserve the 1 GiB pages for the run and give them back")
@@ -114,11 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     print(run(a.quick, a.size, a.rounds, a.reserve_1g))
     return 0
 
-
-def _parse(s: str) -> int:
-    from clearpages._config import parse_size
-
-    return parse_size(s)
 
 
 def test_repro_streaming_quick():
