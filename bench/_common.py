@@ -302,6 +302,18 @@ def summary(fn: Callable[[], tuple[str, str] | None]) -> Callable[[], tuple[str,
     return fn
 
 
+def summary_of(suite: str) -> Callable[[Callable[[dict], Any]], Callable[[dict], Any]]:
+    """Register fn(results) as a summary of one suite; it runs only when the
+    suite measured something."""
+    def register(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
+        def run() -> Any:
+            res = RESULTS.get(suite)
+            return fn(res) if res else None
+        SUMMARIES.append(run)
+        return fn
+    return register
+
+
 def plan_rounds(nbytes: int, total: int, round_bytes: int = 4 * MiB,
                 min_rounds: int = 3, max_rounds: int = 200) -> tuple[int, int]:
     """(rounds, iterations): small sizes loop many calls per round so the

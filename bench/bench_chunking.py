@@ -79,11 +79,8 @@ def test_unit(benchmark, buffers, unit):
     assert _state.direct[method] is not None
 
 
-@_common.summary
-def _summary():
-    res = _common.RESULTS.get(SUITE)
-    if not res:
-        return None
+@_common.summary_of(SUITE)
+def _summary(res):
     rows = []
     for label in sorted({lab for lab, _ in res}, key=lambda s: (len(s), s)):
         d, c = res.get((label, "direct")), res.get((label, "chunked"))

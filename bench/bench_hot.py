@@ -74,11 +74,8 @@ def test_hot(benchmark, buffers, size, timed, variant, quick):
         benchmark.extra_info["hot_range"] = list(hot) if hot else None
 
 
-@_common.summary
-def _summary():
-    res = _common.RESULTS.get(SUITE)
-    if not res:
-        return None
+@_common.summary_of(SUITE)
+def _summary(res):
     rows = []
     for label in sorted({lab for lab, _ in res}):
         g = {v: r["median"] for (lab, v), r in res.items() if lab == label}

@@ -63,11 +63,8 @@ def test_clear(benchmark, buffers, size, variant, quick):
     assert buf.mv[0] == 0 and buf.mv[size - 1] == 0 and buf.mv[size // 2] == 0
 
 
-@_common.summary
-def _summary():
-    res = _common.RESULTS.get(SUITE)
-    if not res:
-        return None
+@_common.summary_of(SUITE)
+def _summary(res):
     l3 = cp.cpu().l3
     rows = []
     for size in SIZES:

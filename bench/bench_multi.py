@@ -102,11 +102,8 @@ def test_multi(benchmark, buffers, total, pool, variant, quick):
         assert not any(mv[i * PAGE:(i + 1) * PAGE])
 
 
-@_common.summary
-def _summary():
-    res = _common.RESULTS.get(SUITE)
-    if not res:
-        return None
+@_common.summary_of(SUITE)
+def _summary(res):
     rows = []
     for label in sorted({lab for lab, _ in res}, key=lambda s: (len(s), s)):
         g = {v: r["gbps"] for (lab, v), r in res.items() if lab == label}

@@ -43,11 +43,8 @@ def test_threads(benchmark, buffers, size, threads, quick):
     assert mv[0] == 0 and mv[size - 1] == 0 and mv[size // 2] == 0
 
 
-@_common.summary
-def _summary():
-    res = _common.RESULTS.get(SUITE)
-    if not res:
-        return None
+@_common.summary_of(SUITE)
+def _summary(res):
     rows = []
     for size in SIZES:
         label = fmt_size(size)
