@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import os
 import platform
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -572,6 +571,3 @@ def plan(nbytes: int, *, count: int = 1, threads: int | str = "auto") -> _policy
     return _policy.decide(st.cpu, st.thresholds, nbytes, count,
                           threads=threads, forced=st.forced)
 
-
-def _cores() -> int:
-    return _state.cpu.cores or os.cpu_count() or 1
