@@ -290,13 +290,16 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
     the rest is cleared with streaming stores.
     """
     # `is`, not ==: True and 1.0 equal 1 but are not a thread count.
-    if method == "auto" and threads is _ONE and hot is None and _fast_clear is not None \
-            and _fast_clear(buf):
-        return
     if threads is _ONE and hot is None:
         st = _state
         # An explicit method this machine runs takes the same lean path.
         fn = None if method == "auto" else st.direct.get(method)
+        if fn is None and method == "auto" and _fast_clear is not None:
+            # All of it in C; what C declines (too large, no writable
+            # contiguous buffer) goes to the general path, which explains.
+            if not _fast_clear(buf):
+                _clear(buf, method, threads, hot)
+            return
         if fn is not None or method == "auto":
             try:
                 c = _from_buffer(_CHARS, buf, True)
