@@ -66,10 +66,9 @@ static int map_flags(int kind, int huge_shift)
 
 /* Map exactly at want, which must be free; EEXIST where it is not (also on
  * kernels older than 4.17, which take MAP_FIXED_NOREPLACE as a hint). */
-static int map_exactly(uintptr_t want, size_t size, int kind, int huge_shift)
+static int mmap_at(uintptr_t want, size_t size, int prot, int flags)
 {
-    void *p = mmap((void *)want, size, PROT_READ | PROT_WRITE,
-                   map_flags(kind, huge_shift) | MAP_FIXED_NOREPLACE, -1, 0);
+    void *p = mmap((void *)want, size, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == MAP_FAILED)
         return errno;
     if ((uintptr_t)p != want) {
@@ -77,6 +76,11 @@ static int map_exactly(uintptr_t want, size_t size, int kind, int huge_shift)
         return EEXIST;
     }
     return 0;
+}
+
+static int map_exactly(uintptr_t want, size_t size, int kind, int huge_shift)
+{
+    return mmap_at(want, size, PROT_READ | PROT_WRITE, map_flags(kind, huge_shift));
 }
 
 int cp_region_advise_huge(uintptr_t addr, size_t size)
@@ -145,16 +149,7 @@ int cp_region_discard(uintptr_t addr, size_t size)
 
 int cp_region_reserve_at(uintptr_t addr, size_t size)
 {
-    void *p = mmap((void *)addr, size, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
-                   -1, 0);
-    if (p == MAP_FAILED)
-        return errno;
-    if ((uintptr_t)p != addr) {
-        munmap(p, size);
-        return EEXIST;
-    }
-    return 0;
+    return mmap_at(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
 }
 
 static int remap(uintptr_t from, size_t old_len, size_t new_len, uintptr_t to)
