@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import os
 import platform
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -257,10 +258,22 @@ def _run(job: Any, name: str, chunk: int, threads: int) -> None:
                                 st.job_fence[name]) != 0:
             raise ValueError("bad job configuration: %s, %d threads" % (name, threads))
         run = lib.cp_job_run
-        while run(job, SLICE_NS) == 0:
-            pass        # back in Python between slices: Ctrl-C lands here
+        rc = 0
+        while rc == 0:
+            rc = run(job, SLICE_NS)     # back in Python between slices: Ctrl-C lands here
+        if rc < 0:
+            _job_failed(job, threads)
     finally:
         lib.cp_job_free(job)
+
+
+def _job_failed(job: Any, threads: int) -> None:
+    err = lib.cp_job_error(job)
+    if err:
+        raise OSError(err, "clearpages: cannot start the %d worker thread%s asked for (%s); "
+                      "the buffer is partly cleared" % (threads - 1, "" if threads == 2 else "s",
+                                                        os.strerror(err)))
+    raise RuntimeError("clearpages: the native job failed; the buffer is partly cleared")
 
 
 def _clear_one(ptr: Any, n: int, name: str, threads: int, chunk: int) -> None:

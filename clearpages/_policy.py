@@ -18,10 +18,14 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 
-#: Largest unit of work between two deadline checks and the size of each
-#: thread's share: Linux 7.0 clears huge pages in 32 MiB chunks between
-#: rescheduling points.  A time slice of ~40 ms is then never overrun by more
-#: than one chunk, even at 10 GB/s (3 ms).
+#: The unit of work while the speed of the memory is unknown: a job's first
+#: unit per thread when this process has not yet timed the routine, and the
+#: unit for memory not yet faulted in (which clears 50-100 times slower).
+#: Otherwise units are sized by time, to end by the slice deadline, so a long
+#: extent reaches the routine in as few calls as the slice allows (rep stosb
+#: on AMD streams only for long lengths).  Work of at most one chunk on one
+#: thread is a single direct call.  Linux clears huge pages in 32 MiB chunks
+#: between rescheduling points: cold, 32 MiB is ~80 ms at 0.4 GB/s.
 DEFAULT_CHUNK = 32 * MiB
 
 #: glibc's rep_stosb_threshold (2.32+): below 2 KiB the start-up cost of
@@ -195,8 +199,9 @@ def pick(th: Thresholds, nbytes: int, count: int = 1) -> str:
 
 
 def chunk_for(th: Thresholds, nbytes: int, n_threads: int) -> int:
-    """The unit of work: th.chunk, smaller when threads share the work so that
-    each gets several units and a slow thread does not hold the rest."""
+    """The first unit of work (see DEFAULT_CHUNK): th.chunk, smaller when
+    threads share the work so that each gets several units and a slow thread
+    does not hold the rest."""
     if n_threads <= 1:
         return th.chunk
     return max(4 * KiB, min(th.chunk, _round_up(-(-nbytes // (4 * n_threads)), 4 * KiB)))

@@ -85,18 +85,29 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
                                  const int64_t *pages, size_t n,
                                  size_t page_size, size_t *bad);
 
-/* What to run and how: routine, unit (bytes handed out at a time and the
- * most cleared between two deadline checks), threads (1..CP_MAX_THREADS),
- * fence: issue sfence once per thread when it stops (for a streaming
- * routine's unfenced entry). */
+/* What to run and how: routine, unit, threads (1..CP_MAX_THREADS), fence:
+ * issue sfence once per thread when it stops (for a streaming routine's
+ * unfenced entry).  unit: the bytes of a thread's first unit of work while
+ * the routine's speed is not yet known (rounded down to 4 KiB, at least
+ * 4 KiB).  Later units are sized by time: from the speed this process last
+ * measured for the routine, each one ends by the slice's deadline. */
 enum { CP_MAX_THREADS = 256 };
 int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
                      int threads, int fence);
 
 /* Clear until done (returns 1) or until budget_ns has passed (returns 0:
- * call again).  Returns -1 if threads could not be started.  Every unit
- * handed out is finished before it returns.  Call without the GIL. */
+ * call again).  Returns -1 if a worker thread could not be started
+ * (cp_job_error says why; the job stays failed) or the job has no routine.
+ * Every unit handed out is finished before it returns.  Call without the
+ * GIL. */
 int cp_job_run(struct cp_job *job, uint64_t budget_ns);
+/* The errno of the thread start that failed, 0 if none did. */
+int cp_job_error(const struct cp_job *job);
+
+/* The speed last measured for a routine, bytes per microsecond of one
+ * thread (0: not yet), and a way to forget them all (tests). */
+uint64_t cp_job_rate(cp_clear_fn fn);
+void cp_job_forget_rates(void);
 
 size_t cp_job_total(const struct cp_job *job);     /* bytes in all */
 size_t cp_job_done(const struct cp_job *job);      /* bytes cleared so far */

@@ -16,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "clearpages.h"
+#include "inject.h"
 
 /* Unit boundaries fall on this alignment in the address space, so threads
  * split work on page boundaries and streaming routines see aligned lines. */
@@ -40,12 +43,14 @@ struct cp_job {
     size_t phase;       /* position of the first byte (its page offset) */
     size_t end;         /* phase + total */
     cp_clear_fn fn;
-    size_t unit;
-    size_t nunits;
+    size_t unit;        /* a thread's first unit while fn's speed is unknown */
     int threads;
     int fence;
+    int error;          /* errno of a worker that could not start */
+    uint64_t budget;
     uint64_t deadline;
-    atomic_size_t next_unit;
+    atomic_int stop;    /* set when a slice gives up (a thread did not start) */
+    atomic_size_t next; /* the first position not yet handed out */
     atomic_size_t done;
 };
 
@@ -115,6 +120,7 @@ static struct cp_job *job_from_extents(struct extent *ext, size_t m)
     job->end = pos;
     job->threads = 1;
     job->unit = SPLIT_ALIGN;
+    atomic_init(&job->next, job->phase);
     return job;
 }
 
@@ -272,8 +278,70 @@ int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
     job->unit = unit;
     job->threads = threads;
     job->fence = fence;
-    job->nunits = (job->end + unit - 1) / unit;   /* phase < unit */
     return 0;
+}
+
+/* ---- how fast each routine runs ------------------------------------------ */
+
+/* Units are sized by time, not bytes: a long extent must reach the routine
+ * in one piece where it can (AMD's rep stosb streams only for long
+ * lengths), yet each slice must end by its deadline.  Every job measures
+ * its units; the last good measurement of a routine (bytes per microsecond
+ * of one thread) sizes the first unit of the next job's slices. */
+enum { RATE_SLOTS = 32 };
+#define RATE_MIN_NS 1000000u   /* shorter units are not remembered: noise */
+
+static struct {
+    _Atomic(uintptr_t) fn;
+    atomic_uint_least64_t bytes_per_us;
+} rates[RATE_SLOTS];
+
+static uint64_t rate_get(cp_clear_fn fn)
+{
+    for (int i = 0; i < RATE_SLOTS; i++) {
+        uintptr_t f = atomic_load_explicit(&rates[i].fn, memory_order_acquire);
+        if (f == (uintptr_t)fn)
+            return atomic_load_explicit(&rates[i].bytes_per_us, memory_order_relaxed);
+        if (f == 0)
+            break;
+    }
+    return 0;
+}
+
+static void rate_put(cp_clear_fn fn, uint64_t bytes_per_us)
+{
+    for (int i = 0; i < RATE_SLOTS; i++) {
+        uintptr_t f = atomic_load_explicit(&rates[i].fn, memory_order_acquire);
+        if (f == 0) {
+            uintptr_t empty = 0;
+            atomic_store_explicit(&rates[i].bytes_per_us, bytes_per_us, memory_order_relaxed);
+            if (atomic_compare_exchange_strong(&rates[i].fn, &empty, (uintptr_t)fn))
+                return;
+            f = empty;
+        }
+        if (f == (uintptr_t)fn) {
+            atomic_store_explicit(&rates[i].bytes_per_us, bytes_per_us, memory_order_relaxed);
+            return;
+        }
+    }
+}
+
+void cp_job_forget_rates(void)
+{
+    for (int i = 0; i < RATE_SLOTS; i++)
+        atomic_store(&rates[i].bytes_per_us, 0);
+}
+
+uint64_t cp_job_rate(cp_clear_fn fn)
+{
+    return rate_get(fn);
+}
+
+/* Bytes that take ns nanoseconds at bytes_per_us (saturating). */
+static size_t bytes_in(uint64_t bytes_per_us, uint64_t ns)
+{
+    double b = (double)bytes_per_us * ((double)ns / 1000.0);
+    return b >= (double)(SIZE_MAX / 2) ? SIZE_MAX / 2 : (size_t)b;
 }
 
 /* ---- running ------------------------------------------------------------ */
@@ -306,21 +374,106 @@ static void fence(void)
 #endif
 }
 
+/* The address of position pos of the byte range (pos < end). */
+static char *address_of(const struct cp_job *job, size_t pos)
+{
+    size_t a = 0, b = job->n;
+    while (b - a > 1) {
+        size_t mid = a + (b - a) / 2;
+        if (job->cum[mid] <= pos)
+            a = mid;
+        else
+            b = mid;
+    }
+    return job->ext[a].addr + (pos - job->cum[a]);
+}
+
+/* Memory the kernel has not yet given a page clears 50-100 times slower
+ * than resident memory (a fault per 4 KiB page: 0.3-0.6 GB/s against
+ * 20-30 GB/s, measured in a KVM guest): a unit sized by time from a warm
+ * measurement would overrun its slice by seconds there.  So a unit longer
+ * than job->unit is first sampled, one page per RESIDENT_STRIDE, with
+ * mincore(); where any sample is not resident it stays at job->unit.
+ * Where mincore cannot say (not a mapping it knows), assume cold. */
+#define RESIDENT_STRIDE (2u << 20)
+
+static int resident(const struct cp_job *job, size_t lo, size_t hi)
+{
+    for (size_t pos = lo; pos < hi; pos += RESIDENT_STRIDE) {
+        uintptr_t a = (uintptr_t)address_of(job, pos);
+        unsigned char vec = 0;
+        if (mincore((void *)(a - a % SPLIT_ALIGN), 1, &vec) != 0 || !(vec & 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Take the next unit of about `want` bytes: [lo, hi), ending on a
+ * SPLIT_ALIGN boundary of the byte range (or at its end).  With several
+ * threads no unit is more than a thread's share of what is left, so they
+ * finish together; one thread takes the rest of the job in one unit where
+ * it is at most a quarter more than `want` (a long extent in one call).
+ * 0 when nothing is left. */
+static int grab(struct cp_job *job, size_t want, size_t *lo, size_t *hi)
+{
+    size_t cur = atomic_load(&job->next);
+    for (;;) {
+        if (cur >= job->end || atomic_load_explicit(&job->stop, memory_order_relaxed))
+            return 0;
+        size_t left = job->end - cur, w = want;
+        if (job->threads > 1) {
+            size_t share = left / (size_t)job->threads + 1;
+            if (w > share)
+                w = share;
+        } else if (w >= left - left / 5) {
+            w = left;
+        }
+        if (w > left)
+            w = left;
+        if (w > job->unit && !resident(job, cur, cur + w))
+            w = job->unit;
+        size_t stop = cur + w;
+        stop -= stop % SPLIT_ALIGN;
+        if (stop <= cur)
+            stop = cur - cur % SPLIT_ALIGN + SPLIT_ALIGN;
+        if (stop > job->end)
+            stop = job->end;
+        if (atomic_compare_exchange_weak(&job->next, &cur, stop)) {
+            *lo = cur;
+            *hi = stop;
+            return 1;
+        }
+    }
+}
+
+/* Clear units until the job is done or the deadline has passed.  Units are
+ * sized by time: the first from the speed last measured for the routine
+ * (job->unit bytes while none is known), each later one from the speed of
+ * the one before, to end at the deadline; a unit is at most 8 times the one
+ * before it, so one lucky measurement cannot commit a thread to a long
+ * run, and memory not yet faulted in is cleared job->unit at a time. */
 static void run_units(struct cp_job *job)
 {
-    for (;;) {
-        size_t u = atomic_fetch_add(&job->next_unit, 1);
-        if (u >= job->nunits)
-            break;
-        size_t lo = u * job->unit, hi = lo + job->unit;
-        if (lo < job->phase)
-            lo = job->phase;
-        if (hi > job->end)
-            hi = job->end;
+    uint64_t rate = rate_get(job->fn);
+    uint64_t t0 = now_ns();
+    size_t want = rate && job->deadline > t0 ? bytes_in(rate, job->deadline - t0) : job->unit;
+    size_t lo, hi;
+
+    while (grab(job, want, &lo, &hi)) {
         clear_range(job, lo, hi);
         atomic_fetch_add(&job->done, hi - lo);
-        if (now_ns() >= job->deadline)
+        uint64_t t1 = now_ns(), dt = t1 > t0 ? t1 - t0 : 1;
+        uint64_t r = (uint64_t)((double)(hi - lo) * 1000.0 / (double)dt);
+        if (r == 0)
+            r = 1;
+        if (dt >= RATE_MIN_NS)
+            rate_put(job->fn, r);
+        if (t1 >= job->deadline)
             break;
+        want = bytes_in(r, job->deadline - t1);
+        if (want / 8 > hi - lo)
+            want = (hi - lo) * 8;
+        t0 = t1;
     }
     /* Streaming stores are weakly ordered: make them visible before this
      * thread reports its units done. */
@@ -334,34 +487,88 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Workers run a leaf routine and a little C: a small stack is plenty, and
+ * keeps many threads cheap under RLIMIT_AS. */
+#define WORKER_STACK (64u << 10)
+
+static int start_workers(struct cp_job *job, pthread_t *tids, int extra, int *started)
+{
+    pthread_attr_t attr;
+    int have_attr = pthread_attr_init(&attr) == 0;
+    if (have_attr) {
+        size_t stack = WORKER_STACK;
+        long min = sysconf(_SC_THREAD_STACK_MIN);
+        if (min > 0 && (size_t)min > stack)
+            stack = (size_t)min;
+        pthread_attr_setstacksize(&attr, stack);
+    }
+    /* Asynchronous signals (SIGINT, SIGALRM, ...) stay with the caller's
+     * thread, which Python watches.  A fault in a worker (SIGSEGV, SIGBUS:
+     * a file mapping truncated underneath) must reach the process's
+     * handlers as it would on the caller's thread (faulthandler reports
+     * it); a blocked synchronous fault kills the process without a word. */
+    sigset_t mask, old;
+    sigfillset(&mask);
+    sigdelset(&mask, SIGSEGV);
+    sigdelset(&mask, SIGBUS);
+    sigdelset(&mask, SIGILL);
+    sigdelset(&mask, SIGFPE);
+    sigdelset(&mask, SIGTRAP);
+    sigdelset(&mask, SIGSYS);
+    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    int err = 0;
+    for (*started = 0; *started < extra; (*started)++) {
+        err = cp_inject_hit(CP_INJECT_THREAD_START);
+        if (!err)
+            err = pthread_create(&tids[*started], have_attr ? &attr : NULL, worker, job);
+        if (err)
+            break;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (have_attr)
+        pthread_attr_destroy(&attr);
+    return err;
+}
+
 int cp_job_run(struct cp_job *job, uint64_t budget_ns)
 {
-    if (!job->fn)
+    if (!job->fn || job->error)
         return -1;
-    if (atomic_load(&job->next_unit) >= job->nunits)
+    size_t next = atomic_load(&job->next);
+    if (next >= job->end)
         return 1;
-    job->deadline = now_ns() + budget_ns;
+    uint64_t start = now_ns();
+    job->budget = budget_ns;
+    job->deadline = start + budget_ns < start ? UINT64_MAX : start + budget_ns;
 
-    size_t left = job->nunits - atomic_load(&job->next_unit);
+    /* No more threads than pages left to share. */
+    size_t pages = (job->end - next + SPLIT_ALIGN - 1) / SPLIT_ALIGN;
     int extra = job->threads - 1;
-    if ((size_t)extra > left - 1)
-        extra = (int)(left - 1);
+    if ((size_t)extra > pages - 1)
+        extra = (int)(pages - 1);
     pthread_t tids[CP_MAX_THREADS];
     int started = 0;
     if (extra > 0) {
-        /* Signals stay with the caller's thread, which Python watches. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        for (; started < extra; started++)
-            if (pthread_create(&tids[started], NULL, worker, job) != 0)
-                break;      /* run with the threads we have */
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int err = start_workers(job, tids, extra, &started);
+        if (err) {
+            /* Report it: running with fewer threads than asked, silently,
+             * is how a limit (RLIMIT_NPROC, RLIMIT_AS) goes unnoticed. */
+            job->error = err;
+            atomic_store(&job->stop, 1);
+        }
     }
-    run_units(job);
+    if (!job->error && !(started && cp_inject_hit(CP_INJECT_CALLER_IDLE)))
+        run_units(job);
     for (int i = 0; i < started; i++)
         pthread_join(tids[i], NULL);
-    return atomic_load(&job->next_unit) >= job->nunits;
+    if (job->error)
+        return -1;
+    return atomic_load(&job->next) >= job->end;
+}
+
+int cp_job_error(const struct cp_job *job)
+{
+    return job->error;
 }
 
 size_t cp_job_total(const struct cp_job *job)
