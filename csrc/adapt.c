@@ -1,0 +1,325 @@
+/*
+ * The learner behind adaptive auto (see adapt.h).
+ *
+ * Per size class (floor(log2(n))) and context (was this address cleared
+ * within the last reuse_bytes of band clears?), two arms: temporal and
+ * streaming, each with a cost in ns per byte.  Every sample goes into a
+ * window of the arm's last three, whose median ignores one interrupt or
+ * page fault.  The arm exploited follows that median in an exponential
+ * average weighing each new value 1/2**recency_shift; the arm explored,
+ * sampled rarely, is the median itself, so an estimate from an older
+ * workload never outvotes fresh samples.
+ *
+ * The arm exploited is switched when the other's estimate is lower by more
+ * than the hysteresis; the arm left behind then starts afresh.  The other
+ * arm is explored once every `gap` calls.  After each exploration that
+ * confirms the current arm the gap doubles (up to explore_max) and is never
+ * shorter than (ratio - 1) / budget, where ratio is the other arm's cost
+ * over the current one's: one exploration every gap calls then costs at
+ * most `budget` of the time spent, however far apart the arms are.  An
+ * exploration far off its arm's estimate (SURPRISE) is repeated after
+ * explore_min calls before it counts: an outlier then costs one more
+ * exploration, and a changed arm is seen two samples later, not one gap.
+ * A switch puts the gap back to explore_min.
+ *
+ * The context is what lets one process follow a workload that changes
+ * between warm and cold: a buffer cleared again soon is probably still in
+ * the cache, one not seen for a cache's worth of clears probably is not.
+ * Each context learns its own arm, so a switch of workload is a switch of
+ * context, followed at once, and exploration can stay rare in both.
+ *
+ * Timing: clock_gettime(CLOCK_MONOTONIC) through the vDSO, ~30 ns a read on
+ * a KVM guest (rdtsc ~17 ns), against >= 5 us for a clear at the band's
+ * lower end (an L2's worth at <= 100 GB/s): under 1.5% for the two reads,
+ * with no TSC calibration and no trust in an invariant TSC under a
+ * hypervisor or across CPUs.
+ */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "clearpages.h"
+#include "adapt.h"
+
+enum { RING = 16, WINDOW = 3, MAX_GAP = 1 << 20 };
+
+/* A sample off its arm's estimate by more than this factor is checked again. */
+#define SURPRISE 1.25
+
+struct arm_state {
+    double est;                 /* ns per byte; valid when samples > 0 */
+    double win[WINDOW];         /* the latest samples, newest last */
+    unsigned nwin;
+    uint64_t samples;
+    uint64_t last;              /* the context's call count at the last sample */
+    int restart;                /* the next sample starts the estimate afresh */
+};
+
+struct ctx_state {
+    int init;
+    int cur;
+    struct arm_state arm[2];
+    uint64_t calls, explorations, switches;
+    uint32_t since, gap, confirmed;
+    int rechecked;              /* the last exploration was a quick re-check */
+};
+
+struct recent {
+    uintptr_t addr;
+    uint64_t clock;             /* byte_clock when its last clear was chosen */
+};
+
+/* Written under `lock`; the band is also read without it (relaxed atomics). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cp_adapt_params params;
+static size_t band_lo, band_hi;
+static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
+static struct recent ring[RING];
+static unsigned ring_next;
+static uint64_t byte_clock;
+
+void cp_adapt_defaults(struct cp_adapt_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->explore_min = 4;
+    p->explore_max = 1024;
+    p->budget_ppm = 10000;      /* 1%: half the 2% bound, for estimation error */
+    p->hysteresis_ppm = 50000;  /* 5%: above the spread of repeated clears */
+    p->recency_shift = 2;       /* 1/4: a change is followed in a few calls */
+    p->stale_calls = 32;
+}
+
+static void forget(void)
+{
+    memset(table, 0, sizeof table);
+    memset(ring, 0, sizeof ring);
+    ring_next = 0;
+    byte_clock = 0;
+}
+
+void cp_adapt_configure(const struct cp_adapt_params *p)
+{
+    pthread_mutex_lock(&lock);
+    params = *p;
+    if (params.explore_min < 1)
+        params.explore_min = 1;
+    if (params.explore_max < params.explore_min)
+        params.explore_max = params.explore_min;
+    if (params.lo < 1)
+        params.lo = 1;          /* log2 of 0 has no class */
+    if (params.hi < params.lo)
+        params.hi = params.lo;
+    if (params.recency_shift > 16)
+        params.recency_shift = 16;
+    forget();
+    __atomic_store_n(&band_lo, params.lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&band_hi, params.hi, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&lock);
+}
+
+void cp_adapt_params(struct cp_adapt_params *out)
+{
+    pthread_mutex_lock(&lock);
+    *out = params;
+    pthread_mutex_unlock(&lock);
+}
+
+void cp_adapt_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    forget();
+    pthread_mutex_unlock(&lock);
+}
+
+uint64_t cp_adapt_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int size_class(size_t n)
+{
+    return 63 - __builtin_clzll((unsigned long long)n);
+}
+
+/* 1 when addr was cleared within the last reuse_bytes of band clears
+ * (this clear's own n included); remembers addr either way. */
+static int is_recent(const void *addr, size_t n)
+{
+    uintptr_t a = (uintptr_t)addr;
+    uint64_t before = byte_clock;
+    byte_clock += n;
+    if (!params.reuse_bytes || !a)
+        return 0;
+    for (unsigned i = 0; i < RING; i++) {
+        if (ring[i].addr == a) {
+            int hit = before - ring[i].clock + n <= params.reuse_bytes;
+            ring[i].clock = byte_clock;
+            return hit;
+        }
+    }
+    ring[ring_next].addr = a;
+    ring[ring_next].clock = byte_clock;
+    ring_next = (ring_next + 1) % RING;
+    return 0;
+}
+
+int cp_adapt_choose(size_t n, const void *addr)
+{
+    if (n < __atomic_load_n(&band_lo, __ATOMIC_RELAXED) ||
+        n >= __atomic_load_n(&band_hi, __ATOMIC_RELAXED))
+        return -1;
+    if (pthread_mutex_trylock(&lock) != 0)
+        return -1;              /* another thread is choosing: static, unrecorded */
+    if (n < params.lo || n >= params.hi) {      /* reconfigured meanwhile */
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    int cls = size_class(n);
+    int ctx = is_recent(addr, n);
+    struct ctx_state *s = &table[cls][ctx];
+    if (!s->init) {
+        s->init = 1;
+        s->cur = n >= params.nt_min ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
+        s->gap = params.explore_min;
+    }
+    s->calls++;
+    int other = !s->cur, explore;
+    if (!s->arm[s->cur].samples)
+        explore = 0;            /* the static choice is measured first */
+    else if (!s->arm[other].samples)
+        explore = 1;            /* then the other arm, once, at once */
+    else
+        explore = s->since >= s->gap;
+    if (explore) {
+        s->since = 0;
+        s->explorations++;
+    } else {
+        s->since++;
+    }
+    int arm = explore ? other : s->cur;
+    pthread_mutex_unlock(&lock);
+    return cls << 3 | explore << 2 | ctx << 1 | arm;
+}
+
+static double median(const double *w, unsigned n)
+{
+    if (n == 1)
+        return w[0];
+    if (n == 2)                 /* timing noise only ever adds: the lower */
+        return w[0] < w[1] ? w[0] : w[1];
+    double a = w[0], b = w[1], c = w[2];
+    if (a > b) { double t = a; a = b; b = t; }
+    if (b > c) b = c;
+    return a > b ? a : b;
+}
+
+/* Adds sample x to the arm; returns 1 when it is "surprising": far from
+ * what the arm's estimate said (or the estimate starts from it alone). */
+static int observe(struct arm_state *a, uint64_t now, double x, int exploited)
+{
+    double before = a->est;
+    int fresh = !a->samples || a->restart;
+    int sparse = !exploited || now - a->last > params.stale_calls;
+    if (fresh) {
+        a->restart = 0;
+        a->nwin = 0;
+    }
+    if (a->nwin == WINDOW) {
+        memmove(a->win, a->win + 1, (WINDOW - 1) * sizeof a->win[0]);
+        a->nwin--;
+    }
+    a->win[a->nwin++] = x;
+    double m = median(a->win, a->nwin);
+    if (fresh || sparse)
+        a->est = m;     /* an old average would outvote the new samples */
+    else
+        a->est += (m - a->est) / (double)(1u << params.recency_shift);
+    a->samples++;
+    a->last = now;
+    return fresh || x > before * SURPRISE || x * SURPRISE < before;
+}
+
+void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
+{
+    if (ticket < 0 || n == 0)
+        return;
+    int cls = ticket >> 3, explored = ticket >> 2 & 1, ctx = ticket >> 1 & 1, arm = ticket & 1;
+    if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
+        return;
+    struct ctx_state *s = &table[cls][ctx];
+    if (!s->init) {             /* reset between choose and record */
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    int surprise = observe(&s->arm[arm], s->calls, (double)elapsed_ns / (double)n,
+                           arm == s->cur);
+    int cur = s->cur, other = !cur;
+    if (s->arm[cur].samples && s->arm[other].samples) {
+        double c = s->arm[cur].est, o = s->arm[other].est;
+        double h = 1.0 + params.hysteresis_ppm * 1e-6;
+        if (o * h < c) {
+            /* The arm left behind is measured afresh when next explored:
+             * the samples that made it look worse (a burst of interrupts,
+             * or the workload before a change) do not hold it back. */
+            s->arm[cur].restart = 1;
+            s->cur = other;
+            s->switches++;
+            s->confirmed = 0;
+            s->rechecked = 0;
+            s->gap = params.explore_min;
+            s->since = 0;
+        } else if (explored && arm == other && surprise && !s->rechecked) {
+            /* One sample far from the estimate is an outlier or a change
+             * of workload: look again soon, before trusting either. */
+            s->rechecked = 1;
+            s->gap = params.explore_min;
+        } else if (explored && arm == other) {
+            s->rechecked = 0;
+            if (s->confirmed < 31)
+                s->confirmed++;
+            uint64_t gap = (uint64_t)params.explore_min << s->confirmed;
+            if (gap > params.explore_max)
+                gap = params.explore_max;
+            double budget = params.budget_ppm ? params.budget_ppm * 1e-6 : 1e-6;
+            double need = c > 0 ? (o / c - 1.0) / budget : 0.0;
+            if (need > (double)gap)
+                gap = need < MAX_GAP ? (uint64_t)need + 1 : MAX_GAP;
+            s->gap = (uint32_t)gap;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
+{
+    if (size_class < 0 || size_class >= CP_ADAPT_CLASSES ||
+        context < 0 || context >= CP_ADAPT_CONTEXTS)
+        return 0;
+    pthread_mutex_lock(&lock);
+    const struct ctx_state *s = &table[size_class][context];
+    int have = s->init;
+    if (have) {
+        out->arm = s->cur;
+        for (int i = 0; i < 2; i++) {
+            out->ns_per_byte[i] = s->arm[i].samples ? s->arm[i].est : 0.0;
+            out->samples[i] = s->arm[i].samples;
+        }
+        out->calls = s->calls;
+        out->explorations = s->explorations;
+        out->switches = s->switches;
+        out->gap = s->gap;
+    }
+    pthread_mutex_unlock(&lock);
+    return have;
+}
+
+static const struct cp_adapt_api api = {
+    cp_adapt_choose, cp_adapt_record, cp_adapt_now_ns,
+};
+
+const struct cp_adapt_api *cp_adapt_api(void)
+{
+    return &api;
+}

@@ -1,0 +1,86 @@
+/*
+ * auto that follows the workload: in a band of sizes where the temporal
+ * and the streaming routine each win in turn (a buffer still in the cache
+ * against one that is not), the caller times its own clears and this
+ * learner chooses between the two, per size class, from the observed time
+ * per byte.
+ *
+ * A per-call path asks cp_adapt_choose(n, addr) for a ticket, runs the arm
+ * it names between two cp_adapt_now_ns() reads, and hands the elapsed time
+ * to cp_adapt_record(n, ticket, ns).  A negative ticket means "not mine":
+ * run the static choice and record nothing.  Outside the band that is one
+ * comparison and no lock; inside it a try-lock, never a wait: a call that
+ * finds the learner busy gets the static choice.
+ *
+ * The learning is a pure function of the (n, addr, elapsed) sequence, so
+ * tests drive choose/record with synthetic times.
+ */
+#ifndef CLEARPAGES_ADAPT_H
+#define CLEARPAGES_ADAPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* BEGIN CDEF */
+
+enum {
+    CP_ADAPT_TEMPORAL = 0,      /* ticket & 1: ordinary stores */
+    CP_ADAPT_STREAMING = 1,     /* ticket & 1: non-temporal stores */
+    CP_ADAPT_CLASSES = 64,      /* size class: floor(log2(n)) */
+    CP_ADAPT_CONTEXTS = 2       /* 0: other buffers, 1: cleared again soon */
+};
+
+struct cp_adapt_params {
+    size_t lo, hi;              /* the band: lo <= n < hi adapts; lo >= hi: off */
+    size_t nt_min;              /* the static choice: streaming from nt_min */
+    size_t reuse_bytes;         /* a buffer cleared again within this many bytes
+                                   of band clears is "recent" (0: one context) */
+    uint32_t explore_min;       /* calls between explorations at first */
+    uint32_t explore_max;       /* the longest gap the doubling reaches */
+    uint32_t budget_ppm;        /* expected cost of exploring, parts per million */
+    uint32_t hysteresis_ppm;    /* the other arm must be this much faster */
+    uint32_t recency_shift;     /* each sample weighs 1/2**shift */
+    uint32_t stale_calls;       /* an arm unseen this long is re-measured, not averaged */
+};
+
+/* What one (size class, context) has learned, for plan() and info. */
+struct cp_adapt_stat {
+    int arm;                    /* the arm exploited now */
+    double ns_per_byte[2];      /* recency-weighted estimate per arm; 0: none */
+    uint64_t samples[2];
+    uint64_t calls, explorations, switches;
+    uint32_t gap;               /* calls between explorations now */
+};
+
+/* The defaults, with the band off (lo = hi = 0). */
+void cp_adapt_defaults(struct cp_adapt_params *p);
+/* Set the parameters and forget everything learned. */
+void cp_adapt_configure(const struct cp_adapt_params *p);
+void cp_adapt_params(struct cp_adapt_params *out);
+/* Forget everything learned; keep the parameters. */
+void cp_adapt_reset(void);
+
+/* Ticket for clearing n bytes at addr: < 0 outside the band, when off, or
+ * when busy (run the static choice, record nothing); else ticket & 1 is the
+ * arm (CP_ADAPT_TEMPORAL or CP_ADAPT_STREAMING). */
+int cp_adapt_choose(size_t n, const void *addr);
+/* The clear of n bytes with that ticket took elapsed_ns. */
+void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns);
+/* CLOCK_MONOTONIC in ns (the vDSO: no system call). */
+uint64_t cp_adapt_now_ns(void);
+
+/* 1 and *out filled when the class and context have data; 0 otherwise. */
+int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
+
+/* The same functions as a table, for a per-call path built as a separate
+ * extension module, which cannot link against this one's symbols. */
+struct cp_adapt_api {
+    int (*choose)(size_t n, const void *addr);
+    void (*record)(size_t n, int ticket, uint64_t elapsed_ns);
+    uint64_t (*now_ns)(void);
+};
+const struct cp_adapt_api *cp_adapt_api(void);
+
+/* END CDEF */
+
+#endif
