@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._core import (
     PageIndexError,
     UnsupportedMethod,
+    adaptive,
     clear,
     clear_many,
     clear_pages,
@@ -19,6 +20,7 @@ from ._core import (
     methods,
     plan,
     reload_config,
+    set_adaptive,
     thresholds,
 )
 from ._cpu import CPU
@@ -38,6 +40,7 @@ __all__ = [
     "Region",
     "Thresholds",
     "UnsupportedMethod",
+    "adaptive",
     "clear",
     "clear_many",
     "clear_pages",
@@ -45,5 +48,6 @@ __all__ = [
     "methods",
     "plan",
     "reload_config",
+    "set_adaptive",
     "thresholds",
 ]

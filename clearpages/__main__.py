@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from . import __version__, _calibration, _config, _core, _cpu, _measure
+from . import __version__, _adapt, _calibration, _config, _core, _cpu, _measure
 from ._policy import NEVER, format_size
 from ._routines import BY_NAME, ROUTINES
 
@@ -250,6 +250,7 @@ def info_data() -> dict[str, Any]:
         },
         "environment": dict(st.config.raw),
         "forced_method": st.forced,
+        "adaptive": _adapt.info(th, st.adapt_on, st.forced),
         "build": {"portable": portable, "routines": sorted(st.built),
                   "extension": getattr(_native, "__file__", None)},
     }
@@ -311,6 +312,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
             why = DEFAULT_WHY.get(k, why)
         rows.append((k, shown, why))
     _table(rows, ("threshold", "value", "where it came from"), out)
+    print("\nadaptive auto", file=out)
+    for line in _adapt.info_lines(data["adaptive"]):
+        print("  " + line, file=out)
     c = data["calibration"]
     print("\ncalibration", file=out)
     if c["setting"] == "off":
@@ -345,6 +349,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         _dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
                     "kind": "temporal" if r.temporal else "streaming",
                     "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
+                    "learned": p.learned,
                     "thresholds_source": _core.thresholds().source,
                     "cpu": _calibration.identity(cpu)}, "-", out)
         return 0
@@ -357,6 +362,8 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     print("  threads  %d" % p.threads, file=out)
     print("  chunk    %s" % format_size(p.chunk), file=out)
     print("  reason   %s" % p.reason, file=out)
+    if p.learned:
+        print("  learned  %s" % p.learned, file=out)
     print("thresholds from: %s" % _core.thresholds().source, file=out)
     return 0
 

@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from ._routines import ALL_METHODS
 
 VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
-             "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE")
+             "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE", "CLEARPAGES_ADAPT")
+
+_ON = frozenset({"1", "on", "yes", "true"})
+_OFF = frozenset({"0", "off", "no", "false"})
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -48,6 +51,8 @@ class Config:
     calibration: str | None = None
     """None: the default file in the cache directory; 'off'; or a path."""
     disable: frozenset[str] = frozenset()
+    adapt: bool = True
+    """False: CLEARPAGES_ADAPT=0, auto never adapts to the program's clears."""
     raw: tuple[tuple[str, str], ...] = ()
     """The variables that were set, as (name, value), for ``info``."""
 
@@ -79,7 +84,11 @@ def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
     if unknown:
         raise ConfigError("CLEARPAGES_DISABLE names unknown features %s; known: %s"
                           % (", ".join(sorted(unknown)), ", ".join(feature_names)))
-    return Config(method, nt_threshold, calibration, names, raw)
+    adapt_text = env.get("CLEARPAGES_ADAPT", "").strip().lower()
+    if adapt_text and adapt_text not in _ON | _OFF:
+        raise ConfigError("CLEARPAGES_ADAPT=%r: use 0 (off: the static choice, "
+                          "deterministic) or 1 (on, the default)" % env["CLEARPAGES_ADAPT"])
+    return Config(method, nt_threshold, calibration, names, adapt_text not in _OFF, raw)
 
 
 def read_environ(feature_names: tuple[str, ...]) -> Config:

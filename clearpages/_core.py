@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import array
 import ctypes
+import dataclasses
 import os
 import platform
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from . import _calibration, _config, _cpu, _policy
+from . import _adapt, _calibration, _config, _cpu, _policy
 from ._native import ffi, lib
 from ._routines import ALL_METHODS, BY_NAME, ROUTINES
 
@@ -72,10 +74,12 @@ class _State:
             th = self.calibration.thresholds
         if config.nt_threshold is not None:
             th = _policy.with_nt_threshold(th, config.nt_threshold)
+        th = _policy.with_adaptive_band(self.cpu, th)
         self.thresholds = th
         self.forced = config.method
         if self.forced is not None:
             self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
+        self.set_adaptive(config.adapt)
         # The lean path: sizes below `fast_limit` bytes take one direct call.
         f = self.forced
         self.fast_limit = th.chunk
@@ -84,12 +88,23 @@ class _State:
         self.fast_names = (f or "libc", f or th.temporal, f or th.streaming)
         self.fn_small, self.fn_temporal, self.fn_nt = (self.direct[n] for n in self.fast_names)
 
+    def set_adaptive(self, on: bool) -> None:
+        """Whether auto adapts (the learner is configured by activate())."""
+        th = self.thresholds
+        self.adapt_on = bool(on) and _adapt.AVAILABLE
+        active = (self.adapt_on and self.forced is None
+                  and th.adapt_min < th.adapt_max)
+        # Single auto clears of adapt_lo <= n < adapt_hi bytes are timed
+        # (both 0 when not adapting: no size is in the band).
+        self.adapt_lo, self.adapt_hi = (th.adapt_min, th.adapt_max) if active else (0, 0)
+
     def activate(self) -> None:
-        """Make this the state the C fast path follows."""
+        """Make this the state the C fast path and the learner follow."""
         if hasattr(lib, "cp_fast_configure"):
             small, temporal, nt = (self.pointer[n] for n in self.fast_names)
             lib.cp_fast_configure(self.fast_limit, self.fast_small, self.fast_nt,
                                   small, temporal, nt)
+        _adapt.configure(self.thresholds, self.adapt_lo < self.adapt_hi)
 
     def missing(self, name: str) -> str | None:
         """Why this machine cannot run the routine, or None if it can."""
@@ -132,8 +147,27 @@ def reload_config(env: dict[str, str] | None = None) -> None:
     """Read the CLEARPAGES_* variables (and the calibration) again."""
     global _state
     state = _State(env)         # raises on a bad variable: nothing changes then
-    state.activate()
+    state.activate()            # and forgets what adaptive auto had learned
     _state = state
+
+
+def set_adaptive(on: bool) -> None:
+    """Turn adaptive auto on or off for this process (until reload_config).
+
+    Off, method="auto" runs the static choice that :func:`plan` describes,
+    deterministically, as with CLEARPAGES_ADAPT=0.  Either way what was
+    learned is forgotten.
+    """
+    st = _state
+    st.set_adaptive(bool(on))
+    st.activate()
+
+
+def adaptive() -> bool:
+    """True when auto adapts to this program's clears (CLEARPAGES_ADAPT,
+    set_adaptive), a band of sizes exists and CLEARPAGES_METHOD forces nothing."""
+    st = _state
+    return st.adapt_lo < st.adapt_hi
 
 
 # ---- buffers ------------------------------------------------------------
@@ -323,6 +357,8 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
                 if n <= st.fast_limit:
                     if fn is not None:
                         fn(c, n)
+                    elif st.adapt_lo <= n < st.adapt_hi:
+                        _clear_adaptive(st, c, n)
                     # The same order as _policy.decide, so plan() tells the
                     # truth even when CLEARPAGES_NT_THRESHOLD is below vector_max.
                     elif n >= st.fast_nt:
@@ -333,6 +369,20 @@ def clear(buf: Any, *, method: str = "auto", threads: int | str = 1,
                         st.fn_temporal(c, n)
                     return
     _clear(buf, method, threads, hot)
+
+
+def _clear_adaptive(st: _State, c: Any, n: int) -> None:
+    """One timed clear in the adaptive band, on the lean path."""
+    ticket = lib.cp_adapt_choose(n, c)
+    if ticket < 0:
+        fn = st.fn_nt if n >= st.fast_nt else st.fn_small if n < st.fast_small \
+            else st.fn_temporal
+        fn(c, n)
+        return
+    fn = st.fn_nt if ticket & 1 else st.fn_small if n < st.fast_small else st.fn_temporal
+    t = time.perf_counter_ns()      # CLOCK_MONOTONIC, as in C
+    fn(c, n)
+    lib.cp_adapt_record(n, ticket, time.perf_counter_ns() - t)
 
 
 def _clear(buf: Any, method: str, threads: Any, hot: Any) -> None:
@@ -355,6 +405,15 @@ def _clear(buf: Any, method: str, threads: Any, hot: Any) -> None:
         return
     if hot is None:
         name, n_threads, chunk = _routine(method, n, 1, threads)
+        st = _state
+        if method == "auto" and n_threads == 1 and st.adapt_lo <= n < st.adapt_hi:
+            ticket = lib.cp_adapt_choose(n, ptr)
+            if ticket >= 0:
+                name = _adapt.arms(st.thresholds, n)[ticket & 1]
+                t = time.perf_counter_ns()
+                _clear_one(ptr, n, name, 1, chunk)
+                lib.cp_adapt_record(n, ticket, time.perf_counter_ns() - t)
+                return
         _clear_one(ptr, n, name, n_threads, chunk)
         return
     start, stop = _check_hot(hot, n)
@@ -584,6 +643,11 @@ def plan(nbytes: int, *, count: int = 1, threads: int | str = "auto") -> _policy
         raise ValueError("count must be an int >= 1, not %r" % (count,))
     _check_threads(threads)
     st = _state
-    return _policy.decide(st.cpu, st.thresholds, nbytes, count,
-                          threads=threads, forced=st.forced)
+    p = _policy.decide(st.cpu, st.thresholds, nbytes, count,
+                       threads=threads, forced=st.forced)
+    if count == 1 and p.threads == 1:
+        learned = _adapt.describe(st.thresholds, nbytes, st.adapt_on, st.forced)
+    else:
+        learned = "not adaptive: only single clears on one thread are timed"
+    return dataclasses.replace(p, learned=learned)
 

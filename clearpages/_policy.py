@@ -66,6 +66,10 @@ class Thresholds:
     """0: as many as the process may run on."""
     source: str = "default"
     """'default', 'calibration: <path>' or 'CLEARPAGES_NT_THRESHOLD'."""
+    adapt_min: int = 0
+    """Single clears of adapt_min <= n < adapt_max bytes: adaptive auto times them
+    and learns which of temporal and streaming wins (0, 0: no such band)."""
+    adapt_max: int = 0
     why: tuple[tuple[str, str], ...] = ()
     """(field, reason) for each threshold, shown by ``python -m clearpages info``."""
 
@@ -83,6 +87,9 @@ class Plan:
     reason: str
     nbytes: int = 0
     count: int = 1
+    learned: str = ""
+    """What adaptive auto has learned for this size and why it may run the
+    other routine (empty from decide(), which describes the static choice)."""
 
     def __str__(self) -> str:
         return "%s, %d thread%s, %s chunks: %s" % (
@@ -169,6 +176,41 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
         why.append(("nt_min", "cache size unknown: 8 MiB"))
     return Thresholds(vector_max=vector_max, nt_min=nt_min, temporal=temporal,
                       streaming=streaming, why=tuple(why))
+
+
+#: Floor of the adaptive band: two clock reads (~60 ns) stay under 1% of a clear.
+ADAPT_FLOOR = 64 * KiB
+
+
+def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
+    """th with the band of sizes where adaptive auto chooses by measurement.
+
+    The rule: from the L2 to 4x the last-level cache.  Evidence (AMD Zen 3
+    guest, L2 512 KiB, L3 32 MiB; GB/s of the routines called directly): at
+    1 MiB and 8 MiB a buffer cleared again at once takes ordinary stores at
+    ~52/47 and streaming ones at ~35/34, while a buffer not cleared for a
+    while takes them at ~11/10 against ~34: no threshold wins both, only the
+    program's own clears tell.  Below the L2 a clear lasts a few
+    microseconds and the two clock reads would start to show; above a few
+    times the last-level cache no buffer can still be cached, so streaming
+    (or whatever the static policy says) stands.  Unknown caches count as
+    256 KiB and 8 MiB.
+    """
+    if th.temporal == th.streaming:
+        return dataclasses.replace(th, adapt_min=0, adapt_max=0, why=th.why + (
+            ("adapt", "nothing to choose: %s is the only routine" % th.temporal),))
+    lo = max(ADAPT_FLOOR, cpu.l2 or 256 * KiB)
+    last = cpu.last_cache or 8 * MiB
+    hi = max(lo, 4 * last)
+    return dataclasses.replace(th, adapt_min=lo, adapt_max=hi, why=th.why + (
+        ("adapt", "from the %s L2 to 4x the %s last-level cache: where warm and cold "
+         "buffers want different stores" % (format_size(cpu.l2 or 256 * KiB),
+                                             format_size(last))),))
+
+
+def temporal_for(th: Thresholds, nbytes: int) -> str:
+    """The ordinary-store routine the static policy runs for nbytes below nt_min."""
+    return "libc" if nbytes < th.vector_max else th.temporal
 
 
 def with_nt_threshold(th: Thresholds, nt_min: int) -> Thresholds:

@@ -3,12 +3,12 @@
  *
  * Per size class (floor(log2(n))) and context (was this address cleared
  * within the last reuse_bytes of band clears?), two arms: temporal and
- * streaming, each with a cost in ns per byte.  Every sample goes into a
- * window of the arm's last three, whose median ignores one interrupt or
- * page fault.  The arm exploited follows that median in an exponential
- * average weighing each new value 1/2**recency_shift; the arm explored,
- * sampled rarely, is the median itself, so an estimate from an older
- * workload never outvotes fresh samples.
+ * streaming, each with a cost in ns per byte.  The arm exploited follows
+ * the median of its last five samples (two interrupts or page faults do
+ * not count) in an exponential average weighing each new value
+ * 1/2**recency_shift; the arm explored, sampled rarely, is the median of
+ * its last three samples itself, so an estimate from an older workload
+ * never outvotes fresh samples.
  *
  * The arm exploited is switched when the other's estimate is lower by more
  * than the hysteresis; the arm left behind then starts afresh.  The other
@@ -21,6 +21,16 @@
  * explore_min calls before it counts: an outlier then costs one more
  * exploration, and a changed arm is seen two samples later, not one gap.
  * A switch puts the gap back to explore_min.
+ *
+ * The routine run last on a buffer decides its cache state: streaming
+ * stores leave it out of the cache, so the first ordinary-store clear after
+ * them is a cold one even in a loop over one buffer.  So an exploration is
+ * a burst of explore_burst calls of which only the last is timed as the
+ * arm's steady cost, and a call whose arm differs from the previous call's
+ * in its context is a *transition*: its time goes to the arm's transition
+ * estimate, not to its steady cost.  The cost of one
+ * exploration is then the burst's steady excess plus both transitions, and
+ * that is what the gap is sized by.
  *
  * The context is what lets one process follow a workload that changes
  * between warm and cold: a buffer cleared again soon is probably still in
@@ -41,7 +51,7 @@
 #include "clearpages.h"
 #include "adapt.h"
 
-enum { RING = 16, WINDOW = 3, MAX_GAP = 1 << 20 };
+enum { RING = 16, WINDOW = 5, EXPLORED_WINDOW = 3, MAX_GAP = 1 << 20 };
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
@@ -53,6 +63,8 @@ struct arm_state {
     uint64_t samples;
     uint64_t last;              /* the context's call count at the last sample */
     int restart;                /* the next sample starts the estimate afresh */
+    double trans;               /* ns per byte of its first call after the other arm */
+    uint64_t ntrans;
 };
 
 struct ctx_state {
@@ -62,6 +74,8 @@ struct ctx_state {
     uint64_t calls, explorations, switches;
     uint32_t since, gap, confirmed;
     int rechecked;              /* the last exploration was a quick re-check */
+    int prev;                   /* the arm of the last call; -1 none yet */
+    uint32_t burst_left;        /* exploration calls still to run */
 };
 
 struct recent {
@@ -87,6 +101,10 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
     p->hysteresis_ppm = 50000;  /* 5%: above the spread of repeated clears */
     p->recency_shift = 2;       /* 1/4: a change is followed in a few calls */
     p->stale_calls = 32;
+    /* Calls per exploration, the last one timed: on a Zen 3 guest a 4 MiB
+     * buffer cleared with ordinary stores after streaming ones ran at ~9,
+     * ~20, then ~30 GB/s in three calls in a row. */
+    p->explore_burst = 3;
 }
 
 static void forget(void)
@@ -111,6 +129,10 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.hi = params.lo;
     if (params.recency_shift > 16)
         params.recency_shift = 16;
+    if (params.explore_burst < 2)
+        params.explore_burst = 2;   /* the first call of a burst is a transition */
+    if (params.explore_burst > 16)
+        params.explore_burst = 16;
     forget();
     __atomic_store_n(&band_lo, params.lo, __ATOMIC_RELAXED);
     __atomic_store_n(&band_hi, params.hi, __ATOMIC_RELAXED);
@@ -183,36 +205,50 @@ int cp_adapt_choose(size_t n, const void *addr)
         s->init = 1;
         s->cur = n >= params.nt_min ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
         s->gap = params.explore_min;
+        s->prev = -1;
     }
     s->calls++;
     int other = !s->cur, explore;
-    if (!s->arm[s->cur].samples)
-        explore = 0;            /* the static choice is measured first */
-    else if (!s->arm[other].samples)
-        explore = 1;            /* then the other arm, once, at once */
-    else
-        explore = s->since >= s->gap;
-    if (explore) {
-        s->since = 0;
-        s->explorations++;
+    if (s->burst_left) {
+        s->burst_left--;        /* the rest of an exploration */
+        explore = 1;
     } else {
-        s->since++;
+        if (!s->arm[s->cur].samples)
+            explore = 0;        /* the static choice is measured first */
+        else if (!s->arm[other].samples)
+            explore = 1;        /* then the other arm, at once */
+        else
+            explore = s->since >= s->gap;
+        if (explore) {
+            s->since = 0;
+            s->explorations++;
+            s->burst_left = params.explore_burst - 1;
+        } else {
+            s->since++;
+        }
     }
     int arm = explore ? other : s->cur;
+    /* 1: the first call after the other arm; 2: still warming up inside a
+     * burst; 0: a steady sample of the arm. */
+    int kind = s->prev >= 0 && s->prev != arm ? 1 : explore && s->burst_left ? 2 : 0;
+    s->prev = arm;
     pthread_mutex_unlock(&lock);
-    return cls << 3 | explore << 2 | ctx << 1 | arm;
+    return cls << 5 | kind << 3 | explore << 2 | ctx << 1 | arm;
 }
 
-static double median(const double *w, unsigned n)
+/* The median of the last k of n samples (the lower middle when k is even:
+ * timing noise only ever adds). */
+static double median(const double *w, unsigned n, unsigned k)
 {
-    if (n == 1)
-        return w[0];
-    if (n == 2)                 /* timing noise only ever adds: the lower */
-        return w[0] < w[1] ? w[0] : w[1];
-    double a = w[0], b = w[1], c = w[2];
-    if (a > b) { double t = a; a = b; b = t; }
-    if (b > c) b = c;
-    return a > b ? a : b;
+    double v[WINDOW];
+    if (k > n)
+        k = n;
+    memcpy(v, w + n - k, k * sizeof v[0]);
+    for (unsigned i = 1; i < k; i++)
+        for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
+        }
+    return v[(k - 1) / 2];
 }
 
 /* Adds sample x to the arm; returns 1 when it is "surprising": far from
@@ -231,7 +267,7 @@ static int observe(struct arm_state *a, uint64_t now, double x, int exploited)
         a->nwin--;
     }
     a->win[a->nwin++] = x;
-    double m = median(a->win, a->nwin);
+    double m = median(a->win, a->nwin, exploited ? WINDOW : EXPLORED_WINDOW);
     if (fresh || sparse)
         a->est = m;     /* an old average would outvote the new samples */
     else
@@ -245,7 +281,8 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
 {
     if (ticket < 0 || n == 0)
         return;
-    int cls = ticket >> 3, explored = ticket >> 2 & 1, ctx = ticket >> 1 & 1, arm = ticket & 1;
+    int cls = ticket >> 5, kind = ticket >> 3 & 3, explored = ticket >> 2 & 1;
+    int ctx = ticket >> 1 & 1, arm = ticket & 1;
     if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
         return;
     struct ctx_state *s = &table[cls][ctx];
@@ -253,8 +290,17 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
         pthread_mutex_unlock(&lock);
         return;
     }
-    int surprise = observe(&s->arm[arm], s->calls, (double)elapsed_ns / (double)n,
-                           arm == s->cur);
+    double x = (double)elapsed_ns / (double)n;
+    if (kind) {
+        struct arm_state *a = &s->arm[arm];
+        if (kind == 1) {
+            a->trans = a->ntrans ? a->trans + (x - a->trans) / 4.0 : x;
+            a->ntrans++;
+        }
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    int surprise = observe(&s->arm[arm], s->calls, x, arm == s->cur);
     int cur = s->cur, other = !cur;
     if (s->arm[cur].samples && s->arm[other].samples) {
         double c = s->arm[cur].est, o = s->arm[other].est;
@@ -270,20 +316,32 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
             s->rechecked = 0;
             s->gap = params.explore_min;
             s->since = 0;
-        } else if (explored && arm == other && surprise && !s->rechecked) {
+            s->burst_left = 0;
+        } else if (!explored || arm != other || s->burst_left) {
+            /* exploiting, or in the middle of a burst: nothing to decide */
+        } else if (surprise && !s->rechecked) {
             /* One sample far from the estimate is an outlier or a change
              * of workload: look again soon, before trusting either. */
             s->rechecked = 1;
             s->gap = params.explore_min;
-        } else if (explored && arm == other) {
+        } else {
             s->rechecked = 0;
             if (s->confirmed < 31)
                 s->confirmed++;
             uint64_t gap = (uint64_t)params.explore_min << s->confirmed;
             if (gap > params.explore_max)
                 gap = params.explore_max;
+            /* One exploration: into the other arm (the burst's warm-up
+             * calls counted as costly as the first), its steady call, and
+             * back; each counted by its excess over a call of the current
+             * arm. */
+            double into = s->arm[other].ntrans ? s->arm[other].trans : o;
+            double back = s->arm[cur].ntrans ? s->arm[cur].trans : c;
+            if (into < o)
+                into = o;
+            double extra = (params.explore_burst - 1) * (into - c) + (o - c) + (back - c);
             double budget = params.budget_ppm ? params.budget_ppm * 1e-6 : 1e-6;
-            double need = c > 0 ? (o / c - 1.0) / budget : 0.0;
+            double need = c > 0 && extra > 0 ? extra / c / budget : 0.0;
             if (need > (double)gap)
                 gap = need < MAX_GAP ? (uint64_t)need + 1 : MAX_GAP;
             s->gap = (uint32_t)gap;
@@ -305,6 +363,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         for (int i = 0; i < 2; i++) {
             out->ns_per_byte[i] = s->arm[i].samples ? s->arm[i].est : 0.0;
             out->samples[i] = s->arm[i].samples;
+            out->transition_ns_per_byte[i] = s->arm[i].ntrans ? s->arm[i].trans : 0.0;
         }
         out->calls = s->calls;
         out->explorations = s->explorations;

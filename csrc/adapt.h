@@ -41,12 +41,14 @@ struct cp_adapt_params {
     uint32_t hysteresis_ppm;    /* the other arm must be this much faster */
     uint32_t recency_shift;     /* each sample weighs 1/2**shift */
     uint32_t stale_calls;       /* an arm unseen this long is re-measured, not averaged */
+    uint32_t explore_burst;     /* calls per exploration, the last one timed (>= 2) */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
 struct cp_adapt_stat {
     int arm;                    /* the arm exploited now */
     double ns_per_byte[2];      /* recency-weighted estimate per arm; 0: none */
+    double transition_ns_per_byte[2];   /* first call after the other arm; 0: none */
     uint64_t samples[2];
     uint64_t calls, explorations, switches;
     uint32_t gap;               /* calls between explorations now */

@@ -2,6 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "adapt.h"
 #include "clearpages.h"
 #include "pyfast.h"
 
@@ -59,8 +60,18 @@ static PyObject *fast_clear(PyObject *self, PyObject *buf)
     }
     cp_clear_fn fn = r == 2 ? c.nt_fn : r == 0 ? c.small_fn : c.temporal_fn;
     void *dst = view.buf;
+    /* In the adaptive band the learner chooses, and the clear is timed. */
+    int ticket = cp_adapt_choose(n, dst);
+    if (ticket >= 0)
+        fn = ticket & CP_ADAPT_STREAMING ? c.nt_fn : n < c.small ? c.small_fn : c.temporal_fn;
     Py_BEGIN_ALLOW_THREADS      /* clearing never holds the GIL */
-    fn(dst, n);
+    if (ticket < 0) {
+        fn(dst, n);
+    } else {
+        uint64_t t = cp_adapt_now_ns();
+        fn(dst, n);
+        cp_adapt_record(n, ticket, cp_adapt_now_ns() - t);
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;

@@ -8,6 +8,9 @@ elapsed) sequence a real program would, and every run is the same.
 The costs are those measured on an AMD Zen 3 guest (issue table): warm,
 ordinary stores ~52 GB/s and streaming ~35; cold, ~11.5 and ~34.  They are
 only a scenario: nothing here depends on the machine the tests run on.
+As on a real machine, streaming stores leave a buffer out of the cache, so
+in a warm loop the first ordinary-store clear after a streaming one costs
+what a cold one does.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import threading
 
 import pytest
 
+import clearpages as cp
+from clearpages import _config, _core
 from clearpages._native import ffi, lib
 
 KiB = 1 << 10
@@ -59,11 +64,17 @@ class Sim:
         self.spent = 0.0        # ns the learner's choices cost
         self.best = 0.0         # ns the better arm would have cost
         self.static = 0
+        self.last: dict[int, int] = {}  # address -> arm of its last clear
+        self.cost: list[float] = []     # ns of each call, without the noise
 
     def call(self, n: int, addr: int, cost: tuple[float, float], nt_min: int = 2 * MiB) -> int:
         ticket = lib.cp_adapt_choose(n, ffi.cast("void *", addr))
         arm = (S if n >= nt_min else T) if ticket < 0 else ticket & 1
         self.static += ticket < 0
+        if arm == T and self.last.get(addr, S) == S:
+            cost = (max(cost[T], COLD[T]), cost[S])     # out of the cache
+        self.last[addr] = arm
+        self.cost.append(n * cost[arm])
         t = n * cost[arm] * (1 + self.rng.uniform(-self.noise, self.noise))
         if self.rng.random() < self.outliers:
             t *= 5
@@ -89,9 +100,10 @@ class Sim:
 
 
 def speed_ratio(sim: Sim, start: int, cost, n: int) -> float:
-    """Of the calls from start on: the best arm's time over the time spent."""
-    spent = sum(n * cost[a] for a in sim.arms[start:])
-    return n * min(cost) * len(sim.arms[start:]) / spent
+    """Of the calls from start on: the best arm's time (in its steady state)
+    over the time spent."""
+    spent = sum(sim.cost[start:])
+    return n * min(cost) * len(sim.cost[start:]) / spent
 
 
 @pytest.mark.parametrize("n", [1 * MiB, 8 * MiB])
@@ -137,17 +149,19 @@ def test_follows_the_workload_back_and_forth(learner, reuse):
 @pytest.mark.parametrize("cost, name", [(WARM, "warm"), (COLD, "cold"), (CLOSE, "close")])
 def test_exploration_stays_within_its_bound(learner, cost, name):
     """Over 10,000 calls the time lost to exploring is under 2% once settled,
-    and explorations grow rarer as the evidence grows."""
+    and explorations grow rarer as the evidence grows.  Arms closer than the
+    hysteresis (5%) may stay on the slower one: the bound is then 2% more."""
     learner()
     sim = Sim(seed=3)
     n = 2 * MiB
     sim.warm(n, 10_000, cost=cost)
     settled = 200
-    assert speed_ratio(sim, settled, cost, n) > 0.98, name
-    assert speed_ratio(sim, 0, cost, n) > 0.97, name
+    slack = 0.05 if name == "close" else 0.0
+    assert speed_ratio(sim, settled, cost, n) > 0.98 - slack, name
+    assert speed_ratio(sim, 0, cost, n) > 0.97 - slack, name
     if name != "close":     # near-equal arms: exploring is nearly free
         early = sum(sim.explored[:1000])
-        late = sum(sim.explored[-1000:])
+        late = sum(sim.explored[-5000:]) / 5
         assert late < early, (early, late)
 
 
@@ -173,7 +187,7 @@ def test_outside_the_band_is_static_and_unrecorded(learner):
 
 def test_off_is_static_for_every_size(learner):
     learner(lo=0, hi=0)
-    for shift in range(0, 40):
+    for shift in range(40):
         for n in (1 << shift, (1 << shift) + 1):
             assert lib.cp_adapt_choose(n, ffi.cast("void *", 4096)) == -1
 
@@ -260,3 +274,191 @@ def test_threads_never_wait_and_never_break_it(learner):
     assert lib.cp_adapt_stat(21, 1, st) == 1
     assert st.arm == T
 
+
+
+# ---- wired into clear(), plan() and the configuration -----------------------
+
+needs_band = pytest.mark.skipif(
+    cp.thresholds().adapt_min >= cp.thresholds().adapt_max,
+    reason="no adaptive band in this build (one routine: nothing to choose)")
+
+
+def _band_sizes() -> list[int]:
+    th = cp.thresholds()
+    sizes = {th.adapt_min, th.adapt_min + 4096, th.adapt_max - 4096}
+    return sorted(n for n in sizes if th.adapt_min <= n < th.adapt_max and n <= 64 * MiB)
+
+
+def _stat(n: int):
+    """What the learner holds for n's size class, per context."""
+    st = ffi.new("struct cp_adapt_stat *")
+    out = []
+    for ctx in range(2):
+        if lib.cp_adapt_stat(n.bit_length() - 1, ctx, st):
+            out.append((int(st.calls), int(st.samples[0] + st.samples[1])))
+    return out
+
+
+def _spy_lean(monkeypatch):
+    """Run the lean path (no C shortcut) and note which routine each clear ran."""
+    monkeypatch.setattr(_core, "_fast_clear", None)
+    st = _core._state
+    names = {id(fn): name for name, fn in st.direct.items()}
+    ran: list[str] = []
+    def spy(fn, name):
+        def call(ptr, n):
+            ran.append(name)
+            fn(ptr, n)
+        return call
+
+    for attr in ("fn_small", "fn_temporal", "fn_nt"):
+        fn = getattr(st, attr)
+        monkeypatch.setattr(st, attr, spy(fn, names[id(fn)]))
+    return ran
+
+
+def test_adapt_variable(config):
+    config({"CLEARPAGES_ADAPT": "0"})
+    assert cp.adaptive() is False and _core._state.config.adapt is False
+    config({"CLEARPAGES_ADAPT": "1"})
+    assert _core._state.config.adapt is True
+    for bad in ("2", "maybe", "-1"):
+        with pytest.raises(_config.ConfigError, match="CLEARPAGES_ADAPT"):
+            config({"CLEARPAGES_ADAPT": bad})
+
+
+def test_set_adaptive_is_public_and_lasts_until_reload(config):
+    assert "set_adaptive" in cp.__all__ and "adaptive" in cp.__all__
+    config({})
+    on = cp.adaptive()
+    cp.set_adaptive(False)
+    assert cp.adaptive() is False
+    assert "off" in cp.plan(4 * MiB, threads=1).learned
+    cp.reload_config({})
+    assert cp.adaptive() is on
+
+
+@needs_band
+@pytest.mark.parametrize("how", ["variable", "function"])
+def test_off_runs_exactly_the_static_choice(config, monkeypatch, how):
+    config({"CLEARPAGES_ADAPT": "0"} if how == "variable" else {})
+    if how == "function":
+        cp.set_adaptive(False)
+    th = cp.thresholds()
+    for shift in range(10, 40):
+        for n in (1 << shift, (1 << shift) + 4096):
+            assert lib.cp_adapt_choose(n, ffi.cast("void *", 4096)) == -1, n
+    ran = _spy_lean(monkeypatch)
+    for n in _band_sizes() + [4096, th.adapt_min - 1]:
+        buf = bytearray(b"\x01" * n)
+        want = cp.plan(n, threads=1).method
+        for _ in range(30):
+            del ran[:]
+            cp.clear(buf)
+            assert ran == [want], n
+        assert buf.count(0) == n
+        assert _stat(n) == []
+
+
+@needs_band
+def test_on_times_band_clears_on_every_path(config, monkeypatch):
+    config({"CLEARPAGES_ADAPT": "1"})
+    assert cp.adaptive()
+    th = cp.thresholds()
+    n = th.adapt_min
+    t, s = _adapt_arms(n)
+    buf = bytearray(b"\x01" * n)
+    for _ in range(20):                         # the C fast path (CPython)
+        cp.clear(buf)
+    assert buf.count(0) == n
+    assert sum(calls for calls, _ in _stat(n)) == 20
+    ran = _spy_lean(monkeypatch)                # the Python lean path
+    for _ in range(20):
+        cp.clear(buf)
+    assert set(ran) <= {t, s} and ran
+    assert sum(calls for calls, _ in _stat(n)) == 40
+    lib.cp_adapt_reset()
+    big = th.chunk + 4096                       # a job, on the general path
+    if th.adapt_min <= big < th.adapt_max and big <= 64 * MiB:
+        buf = bytearray(b"\x01" * big)
+        for _ in range(3):
+            cp.clear(buf)
+        assert buf.count(0) == big
+        assert sum(calls for calls, _ in _stat(big)) == 3
+
+
+def _adapt_arms(n):
+    from clearpages import _adapt
+    return _adapt.arms(cp.thresholds(), n)
+
+
+@needs_band
+def test_explicit_choices_are_never_overridden(config):
+    config({})
+    n = cp.thresholds().adapt_min
+    buf = bytearray(b"\x01" * n)
+    for m in cp.methods():
+        cp.clear(buf, method=m)
+    cp.clear(buf, hot=(0, 4096))
+    cp.clear(buf, threads=2)
+    cp.clear_many([buf, bytearray(n)])
+    assert _stat(n) == [] and _stat(2 * n) == []
+    forced = cp.methods()[0]
+    config({"CLEARPAGES_METHOD": forced})
+    assert cp.adaptive() is False
+    assert lib.cp_adapt_choose(n, ffi.NULL) == -1
+    assert "CLEARPAGES_METHOD" in cp.plan(n, threads=1).learned
+
+
+@needs_band
+def test_reload_config_forgets_what_was_learned(config):
+    config({})
+    n = cp.thresholds().adapt_min
+    buf = bytearray(n)
+    for _ in range(10):
+        cp.clear(buf)
+    assert _stat(n)
+    assert "calls" in cp.plan(n, threads=1).learned
+    cp.reload_config({})
+    assert _stat(n) == []
+    assert "nothing learned yet" in cp.plan(n, threads=1).learned
+
+
+@needs_band
+def test_plan_stays_the_static_choice(config):
+    config({})
+    th = cp.thresholds()
+    n = th.adapt_min
+    before = cp.plan(n, threads=1)
+    # Teach the learner the opposite of the static choice.
+    static = 1 if n >= th.nt_min else 0
+    sim = Sim()
+    cost = (1 / 50.0, 1 / 10.0) if static else (1 / 10.0, 1 / 50.0)
+    sim.warm(n, 100, cost=cost, addr=0x7F1234000000)
+    after = cp.plan(n, threads=1)
+    assert (after.method, after.reason) == (before.method, before.reason)
+    assert _adapt_arms(n)[1 - static] in after.learned.split("buffers cleared again soon: ")[1]
+    assert "outside the adaptive band" in cp.plan(4096, threads=1).learned
+    assert "only single clears" in cp.plan(n, count=4).learned
+
+
+def test_info_shows_adaptation(config):
+    import io
+
+    from clearpages import __main__ as cli
+    config({})
+    n = cp.thresholds().adapt_min
+    if cp.adaptive():
+        buf = bytearray(n)
+        for _ in range(5):
+            cp.clear(buf)
+    out = io.StringIO()
+    assert cli.main(["info"], out) == 0
+    text = out.getvalue()
+    assert "\nadaptive auto\n" in text
+    if cp.adaptive():
+        assert "buffers cleared again soon" in text or "other buffers" in text
+    cp.set_adaptive(False)
+    out = io.StringIO()
+    cli.main(["info"], out)
+    assert "off: " in out.getvalue().split("adaptive auto", 1)[1]

@@ -172,8 +172,9 @@ def test_c_fast_path_runs_what_plan_says(config, nt):
 @pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
 def test_lean_path_runs_what_plan_says(config, nt, monkeypatch):
     """clear()'s per-call shortcut in Python (where the C one is absent)
-    picks the same routine as plan()."""
-    config({} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt})
+    picks the same routine as plan() (the static choice: adaptation off)."""
+    env = {"CLEARPAGES_ADAPT": "0"}
+    config(env if nt is None else dict(env, CLEARPAGES_NT_THRESHOLD=nt))
     monkeypatch.setattr(_core, "_fast_clear", None)
     st = _core._state
     names = {id(fn): name for name, fn in st.direct.items()}
@@ -232,6 +233,7 @@ def test_environment_is_read_at_import():
 
 
 @pytest.mark.parametrize("var, value", [("CLEARPAGES_DISABLE", "bogus"),
+                                        ("CLEARPAGES_ADAPT", "bogus"),
                                         ("CLEARPAGES_METHOD", "bogus"),
                                         ("CLEARPAGES_NT_THRESHOLD", "bogus")])
 def test_bad_environment_at_import_names_the_variable(var, value):

@@ -1,0 +1,160 @@
+"""Adaptive auto: the Python face of the learner in csrc/adapt.c.
+
+In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
+clear with ``method="auto"`` asks the learner which store to use, is timed
+(two clock reads), and reports the time.  The learner keeps, per size class
+(powers of two) and per kind of buffer ("cleared again soon" or "other"),
+the time per byte of the ordinary-store and the streaming routine, and
+exploits the faster one (see csrc/adapt.c for the rules and their bounds).
+
+This module configures the learner from the thresholds, and reads back
+what it has learned for ``plan()`` and ``python -m clearpages info``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ._native import ffi, lib
+from ._policy import Thresholds, format_size
+
+#: The learner's contexts, as plan() and info name them.
+CONTEXTS = ("other buffers", "buffers cleared again soon")
+
+#: Built with the learner (False in a build from before it).
+AVAILABLE = hasattr(lib, "cp_adapt_choose")
+
+
+@dataclasses.dataclass(frozen=True)
+class Learned:
+    """What one size class has learned in one context."""
+
+    size_class: int
+    context: int
+    method: str
+    """The routine adaptive auto runs there now."""
+    gbps: dict[str, float]
+    """Recency-weighted GB/s per routine (only those measured)."""
+    samples: dict[str, int]
+    calls: int
+    explorations: int
+    switches: int
+
+    @property
+    def sizes(self) -> str:
+        return "%s-%s" % (format_size(1 << self.size_class),
+                          format_size(2 << self.size_class))
+
+    def sentence(self) -> str:
+        speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
+        return ("%s: %s (%s; %d calls, %d explored, %d switch%s)"
+                % (CONTEXTS[self.context], self.method, speeds or "not timed yet",
+                   self.calls, self.explorations, self.switches,
+                   "" if self.switches == 1 else "es"))
+
+
+def configure(th: Thresholds, enabled: bool) -> None:
+    """Set the learner's band from th (empty when not enabled); forgets all."""
+    if not AVAILABLE:
+        return
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_defaults(p)
+    if enabled and th.adapt_min < th.adapt_max:
+        p.lo, p.hi = th.adapt_min, th.adapt_max
+        p.nt_min = th.nt_min
+        # "Cleared again soon": within a last-level cache's worth of band
+        # clears, 4x the band's floor when no larger figure is known.
+        p.reuse_bytes = max(th.adapt_max // 4, th.adapt_min)
+    lib.cp_adapt_configure(p)
+
+
+def arms(th: Thresholds, nbytes: int) -> tuple[str, str]:
+    """(temporal, streaming) routine names for nbytes: the learner's two arms."""
+    from ._policy import temporal_for
+
+    return temporal_for(th, nbytes), th.streaming
+
+
+def learned(th: Thresholds, size_class: int) -> list[Learned]:
+    """What the learner holds for one size class, context by context."""
+    if not AVAILABLE:
+        return []
+    out = []
+    st = ffi.new("struct cp_adapt_stat *")
+    for ctx in range(len(CONTEXTS)):
+        if not lib.cp_adapt_stat(size_class, ctx, st):
+            continue
+        names = arms(th, 1 << size_class)
+        gbps = {names[a]: 1.0 / st.ns_per_byte[a]
+                for a in (0, 1) if st.samples[a] and st.ns_per_byte[a] > 0}
+        out.append(Learned(size_class, ctx, names[st.arm], gbps,
+                           {names[a]: int(st.samples[a]) for a in (0, 1)},
+                           int(st.calls), int(st.explorations), int(st.switches)))
+    return out
+
+
+def learned_all(th: Thresholds) -> list[Learned]:
+    """Everything learned, size class by size class, in the band."""
+    if th.adapt_min >= th.adapt_max:
+        return []
+    lo = th.adapt_min.bit_length() - 1
+    hi = (th.adapt_max - 1).bit_length() - 1
+    return [x for c in range(lo, hi + 1) for x in learned(th, c)]
+
+
+def describe(th: Thresholds, nbytes: int, enabled: bool, forced: Any) -> str:
+    """plan()'s ``learned``: what adaptation does at nbytes, and why."""
+    if forced is not None:
+        return "not adaptive: CLEARPAGES_METHOD forces %s" % forced
+    if th.adapt_min >= th.adapt_max:
+        return "not adaptive: %s" % th.reason("adapt")
+    band = "%s-%s" % (format_size(th.adapt_min), format_size(th.adapt_max))
+    if not enabled:
+        return "adaptation is off (CLEARPAGES_ADAPT=0 or set_adaptive(False)): " \
+               "the static choice above, always"
+    if not th.adapt_min <= nbytes < th.adapt_max:
+        return "outside the adaptive band %s: the static choice above, untimed" % band
+    t, s = arms(th, nbytes)
+    size_class = nbytes.bit_length() - 1
+    got = learned(th, size_class)
+    head = ("in the adaptive band %s: single clears are timed and run %s or %s, "
+            "whichever this program's own clears of %s found faster"
+            % (band, t, s, format_size(1 << size_class) + "-" + format_size(2 << size_class)))
+    if not got:
+        return head + "; nothing learned yet, so the choice above until then"
+    return head + "; " + "; ".join(x.sentence() for x in got)
+
+
+def info(th: Thresholds, enabled: bool, forced: Any) -> dict[str, Any]:
+    """What ``info --json`` shows: the band, the switch, and what was learned."""
+    active = enabled and forced is None and th.adapt_min < th.adapt_max
+    return {
+        "on": active,
+        "band": [th.adapt_min, th.adapt_max],
+        "why": th.reason("adapt"),
+        "off_because": None if active else (
+            "CLEARPAGES_METHOD forces %s" % forced if forced is not None else
+            "CLEARPAGES_ADAPT=0 or set_adaptive(False)" if not enabled else
+            th.reason("adapt")),
+        "learned": [dataclasses.asdict(x) | {"sizes": x.sizes, "kind": CONTEXTS[x.context]}
+                    for x in (learned_all(th) if active else [])],
+    }
+
+
+def info_lines(data: dict[str, Any]) -> list[str]:
+    """``info``'s section, from :func:`info`'s dictionary."""
+    lo, hi = data["band"]
+    if not data["on"]:
+        return ["off: %s" % data["off_because"]]
+    lines = ["on, for single clears of %s to %s (%s); CLEARPAGES_ADAPT=0 or "
+             "cp.set_adaptive(False) turns it off" % (format_size(lo), format_size(hi),
+                                                       data["why"])]
+    if not data["learned"]:
+        lines.append("nothing learned yet in this process")
+    for x in data["learned"]:
+        speeds = ", ".join("%s %.1f GB/s" % kv for kv in x["gbps"].items())
+        lines.append("%-16s %-27s %-9s (%s; %d calls, %d explored, %d switches)"
+                     % (x["sizes"], x["kind"], x["method"], speeds or "not timed yet",
+                        x["calls"], x["explorations"], x["switches"]))
+    return lines
