@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clearpages as cp
-from clearpages import _region
+from clearpages import _region, _system
 from clearpages._config import parse_size
 from clearpages._native import lib
 
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     info = cp.cpu()
     print("clearpages Region benchmarks: %s, %s, Linux %s, THP %s; size %s, best of %d"
           % (info.brand or info.vendor, "Python %d.%d" % sys.version_info[:2],
-             os.uname().release, _region._thp_mode(), fmt_size(size), args.rounds))
+             os.uname().release, _system.thp_mode(), fmt_size(size), args.rounds))
     if args.only in (None, "populate"):
         print_table("1. kernel fault-in (populate) vs user-space clear of the same region",
                     ("pages", "size", "populate GB/s", "clear GB/s", "clear faster by",

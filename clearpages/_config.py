@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 
 from ._routines import ALL_METHODS
+from ._units import MAX_SIZE, parse_size
 
 VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
              "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE", "CLEARPAGES_ADAPT")
@@ -20,28 +20,11 @@ VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
 _ON = frozenset({"1", "on", "yes", "true"})
 _OFF = frozenset({"0", "off", "no", "false"})
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-#: Sizes larger than this are typing mistakes, not memory (2**56 bytes).
-MAX_SIZE = 1 << 56
+__all__ = ["MAX_SIZE", "Config", "ConfigError", "parse_size", "read", "read_environ"]
 
 
 class ConfigError(ValueError):
     """A CLEARPAGES_* variable holds a value clearpages cannot use."""
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """'4096', '64K', '64M', '1G', '2GiB' -> bytes (binary units)."""
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError("%s must be a byte count such as 4096, 64K, 64M or 1G, not %r"
-                         % (what, text))
-    value = int(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value > MAX_SIZE:
-        raise ValueError("%s %r is larger than any memory (at most 2**56 bytes)"
-                         % (what, text))
-    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -267,16 +267,16 @@ def _routine(method: str, nbytes: int, count: int, threads: Any) -> tuple[str, i
     """(routine name, threads, chunk) for this piece of work: the same choice
     as plan(), without building its reason on every call."""
     st = _state
+    n_threads = (threads if threads != "auto" else
+                 _policy.choose_threads(st.cpu, st.thresholds, nbytes))
     if method == "auto":
-        name = st.forced or _policy.pick(st.thresholds, nbytes, count)
+        name = st.forced or _policy.pick(st.thresholds, nbytes, count, n_threads)
     else:
         if method not in st.direct:
             st.check("method=%r" % method, method)
         name = method
-    if threads == 1:
+    if n_threads == 1:
         return name, 1, st.thresholds.chunk
-    n_threads = (_policy.choose_threads(st.cpu, st.thresholds, nbytes)
-                 if threads == "auto" else threads)
     return name, n_threads, _policy.chunk_for(st.thresholds, nbytes, n_threads)
 
 

@@ -1,17 +1,24 @@
-"""The measurement engine behind ``bench`` and ``calibrate`` (and bench/).
+"""The measurement engine behind ``bench``, ``calibrate`` and machine
+profiles (and bench/).
 
-Every candidate at one size clears the same prefaulted buffer, in one
-process, interleaved: each repeat times every candidate once, in an order
-rotated from repeat to repeat, so that a change in the machine's load or
-clock lands on all of them alike instead of on whichever ran last.
+A clear's speed depends on whether the buffer is in the cache, so every
+measurement names its *scenario*:
 
-A sample is one untimed call (so the buffer is in the state that
-candidate leaves it in: cache-hot after ordinary stores, flushed after
-streaming ones) followed by ``calls`` timed calls; ``calls`` is scaled so
-that a sample lasts about ``target_s``, which makes a 4 KiB clear a loop of
-thousands of calls and a 256 MiB clear a single call.  Python's call
-overhead is in every figure, as it is in every real ``clear``; it is the
-same for the routines (one direct cffi call each) and for ``auto``.
+- ``warm``: the same buffer cleared back to back.  A sample is one untimed
+  call (so the lines are in the cache whatever the previous candidate left)
+  followed by ``calls`` timed calls of the same buffer.
+- ``cold``: a different buffer each call.  The calls walk a pool much larger
+  than the last-level cache (``cold_pool_size``), one slot after another and
+  shared by all candidates, so the buffer a call clears was last touched a
+  whole pool ago.
+
+Every candidate at one size runs in one process, interleaved: each repeat
+times every candidate once, in an order rotated from repeat to repeat, so
+that a change in the machine's load or clock lands on all of them alike.
+``calls`` is scaled so that a sample lasts about ``target_s``: a 4 KiB clear
+is a loop of thousands of calls, a 256 MiB clear a single call.  Both
+scenarios time the same loop over (function, arguments) pairs, so Python's
+call overhead is the same in both and for every candidate.
 """
 
 from __future__ import annotations
@@ -42,6 +49,21 @@ COMPETITORS = (MEMSET, NUMPY_FILL, NUMPY_ASSIGN)
 #: Above this many times the largest cache, a warm-up call cannot change
 #: the cache state the timed calls see, so it is skipped to save time.
 NO_WARMUP_FACTOR = 4
+
+WARM = "warm"
+COLD = "cold"
+SCENARIOS = (WARM, COLD)
+
+#: The cold pool is at least this large, and at least COLD_POOL_FACTOR times
+#: the last-level cache CPUID reports: a clear then finds its buffer evicted
+#: even where the cache is bigger than it says (a host's L3 seen by a guest).
+COLD_POOL_MIN = 512 << 20
+COLD_POOL_FACTOR = 4
+
+#: Cold is measured only where the pool holds this many buffers of the size:
+#: with fewer, a clear would find its own recent lines.  Above it every clear
+#: of a buffer that size is cold anyway, and warm measures that.
+COLD_MIN_SLOTS = 4
 
 
 def have_numpy() -> bool:
@@ -105,38 +127,43 @@ class Buffer:
         self.close()
 
 
+Bound = tuple[Callable[..., Any], tuple[Any, ...]]
+"""(fn, args): ``fn(*args)`` clears one buffer."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """Something that clears a buffer: a routine, ``auto``, a competitor, or
-    a routine run with threads.  ``bind(buffer, size)`` returns (fn, args)
-    such that ``fn(*args)`` clears the first ``size`` bytes."""
+    a routine run with threads."""
 
     name: str
     kind: str
     """'routine', 'auto', 'competitor' or 'threads'."""
-    bind: Callable[[Buffer, int], tuple[Callable[..., Any], tuple[Any, ...]]]
+    bind: Callable[[Buffer, int, int], Bound]
+    """bind(buffer, size, offset) -> (fn, args): fn(*args) clears
+    buffer[offset:offset + size]."""
 
 
-def _bind_routine(name: str) -> Callable[[Buffer, int], Any]:
-    def bind(buf: Buffer, size: int) -> Any:
-        return _core._state.direct[name], (buf.ptr, size)
+def _bind_routine(name: str) -> Callable[[Buffer, int, int], Bound]:
+    def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
+        return _core._state.direct[name], (buf.ptr + offset, size)
     return bind
 
 
-def _bind_auto(buf: Buffer, size: int) -> Any:
-    return _core.clear, (buf.view[:size],)
+def _bind_auto(buf: Buffer, size: int, offset: int = 0) -> Bound:
+    return _core.clear, (buf.view[offset:offset + size],)
 
 
-def _bind_memset(buf: Buffer, size: int) -> Any:
-    return ctypes.memset, (buf.address, 0, size)
+def _bind_memset(buf: Buffer, size: int, offset: int = 0) -> Bound:
+    return ctypes.memset, (buf.address + offset, 0, size)
 
 
-def _bind_numpy_fill(buf: Buffer, size: int) -> Any:
-    return buf.numpy()[:size].fill, (0,)
+def _bind_numpy_fill(buf: Buffer, size: int, offset: int = 0) -> Bound:
+    return buf.numpy()[offset:offset + size].fill, (0,)
 
 
-def _bind_numpy_assign(buf: Buffer, size: int) -> Any:
-    return buf.numpy()[:size].__setitem__, (Ellipsis, 0)
+def _bind_numpy_assign(buf: Buffer, size: int, offset: int = 0) -> Bound:
+    return buf.numpy()[offset:offset + size].__setitem__, (Ellipsis, 0)
 
 
 def routine(name: str) -> Candidate:
@@ -146,8 +173,8 @@ def routine(name: str) -> Candidate:
 
 def threaded(name: str, threads: int) -> Candidate:
     """clear(method=name, threads=threads): the native job path."""
-    def bind(buf: Buffer, size: int) -> Any:
-        return functools.partial(_core.clear, buf.view[:size], method=name,
+    def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
+        return functools.partial(_core.clear, buf.view[offset:offset + size], method=name,
                                  threads=threads), ()
     return Candidate("%s x%d" % (name, threads), "threads", bind)
 
@@ -203,6 +230,7 @@ class Measurement:
     calls: int
     """Timed calls per sample."""
     samples: list[float]
+    scenario: str = WARM
 
     @property
     def median_s(self) -> float:
@@ -245,97 +273,154 @@ class Measurement:
         lo, hi = self.quartiles
         slow, fast = self.extremes
         return {"name": self.name, "kind": self.kind, "size": self.size,
+                "scenario": self.scenario,
                 "gbps_median": self.median, "gbps_q1": lo, "gbps_q3": hi,
                 "gbps_min": slow, "gbps_max": fast, "calls_per_sample": self.calls,
                 "repeats": len(self.samples), "seconds_per_call": list(self.samples)}
 
 
-def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> float:
-    """Seconds per call over ``calls`` back-to-back calls."""
-    rng = range(calls)
+def _time_seq(seq: Sequence[Bound]) -> float:
+    """Seconds per call over the calls in seq, back to back."""
     clock = time.perf_counter_ns
     t0 = clock()
-    for _ in rng:
+    for fn, args in seq:
         fn(*args)
-    return (clock() - t0) / 1e9 / calls
+    return (clock() - t0) / 1e9 / len(seq)
 
 
-def _calls_for(fn: Callable[..., Any], args: tuple[Any, ...], target_s: float,
-               max_calls: int) -> int:
-    """How many calls make a sample of about target_s."""
-    calls = 1
-    while True:
-        per = _time_calls(fn, args, calls)
-        spent = per * calls
-        if spent >= target_s / 8 or calls >= max_calls:
-            break
-        calls *= 8
-    return max(1, min(max_calls, int(target_s / per) if per > 0 else max_calls))
+def cold_pool_size(cpu: Any = None) -> int:
+    """Bytes of the pool a cold measurement walks (see COLD_POOL_MIN)."""
+    cpu = cpu if cpu is not None else _core.cpu()
+    want = max(COLD_POOL_MIN, COLD_POOL_FACTOR * (cpu.last_cache or 0))
+    return -(-want // HUGE) * HUGE
+
+
+def cold_measurable(size: int, pool: int) -> bool:
+    """Whether a pool of ``pool`` bytes can make a ``size``-byte clear cold."""
+    return size * COLD_MIN_SLOTS <= pool
+
+
+class _Walk:
+    """The slots of a cold pool, handed out in order and shared by every
+    candidate, so that each clear finds a buffer last touched a pool ago."""
+
+    def __init__(self, pool: int, size: int) -> None:
+        # Slots keep the alignment a buffer of this size would have on its own:
+        # 2 MiB (a huge page) from 2 MiB up, else 4 KiB.
+        align = HUGE if size >= HUGE else 4096
+        self.stride = -(-size // align) * align
+        self.slots = max(1, (pool - size) // self.stride + 1)
+        self.next = 0
+
+    def take(self, n: int) -> list[int]:
+        out = [((self.next + i) % self.slots) * self.stride for i in range(n)]
+        self.next = (self.next + n) % self.slots
+        return out
+
+
+def _sequence(c: Candidate, buf: Buffer, size: int, calls: int,
+              walk: _Walk | None) -> list[Bound]:
+    if walk is None:
+        return [c.bind(buf, size, 0)] * calls
+    return [c.bind(buf, size, off) for off in walk.take(calls)]
 
 
 def measure_size(buf: Buffer, size: int, cands: Sequence[Candidate], *,
                  repeat: int = 7, target_s: float = 0.002, budget_s: float = 2.0,
                  min_repeat: int = 3, warmup: bool | None = None,
-                 max_calls: int = 1_000_000,
+                 max_calls: int = 1_000_000, scenario: str = WARM,
                  tick: Callable[[], None] | None = None) -> dict[str, Measurement]:
     """Time every candidate at one size, interleaved; {name: Measurement}.
 
-    ``repeat`` samples each, fewer (not under ``min_repeat``) where that
-    many would take longer than ``budget_s``.  ``tick`` is called after each
-    repeat (progress).
+    scenario ``warm`` clears ``buf``'s first ``size`` bytes again and again;
+    ``cold`` walks ``buf`` as the pool (it must hold COLD_MIN_SLOTS buffers of
+    the size).  ``repeat`` samples each, fewer (not under ``min_repeat``)
+    where that many would take longer than ``budget_s``.  ``tick`` is called
+    after each repeat (progress).
     """
     if size > buf.size:
         raise ValueError("size %d is larger than the buffer (%d)" % (size, buf.size))
-    if warmup is None:
+    if scenario not in SCENARIOS:
+        raise ValueError("scenario must be one of %s, not %r" % (SCENARIOS, scenario))
+    walk = None
+    if scenario == COLD:
+        if not cold_measurable(size, buf.size):
+            raise ValueError("a cold %d-byte clear needs a pool of at least %d bytes, not %d"
+                             % (size, size * COLD_MIN_SLOTS, buf.size))
+        walk = _Walk(buf.size, size)
+        warmup = False
+    elif warmup is None:
         last = _core.cpu().last_cache
         warmup = not last or size <= NO_WARMUP_FACTOR * last
-    bound = [(c, *c.bind(buf, size)) for c in cands]
     calls = {}
     cost = 0.0
-    for c, fn, args in bound:
-        fn(*args)
-        calls[c.name] = _calls_for(fn, args, target_s, max_calls)
-        cost += _time_calls(fn, args, 1) * (calls[c.name] + (1 if warmup else 0))
+    for c in cands:
+        per = _time_seq(_sequence(c, buf, size, 1, walk))
+        n = 1
+        while per * n < target_s / 8 and n < max_calls:
+            n = min(max_calls, n * 8)
+            per = _time_seq(_sequence(c, buf, size, n, walk))
+        calls[c.name] = max(1, min(max_calls, int(target_s / per) if per > 0 else max_calls))
+        cost += per * (calls[c.name] + (1 if warmup else 0))
     n = max(1, repeat)
     if cost * n > budget_s:
         n = max(min(min_repeat, n), int(budget_s / cost) if cost > 0 else n)
-    results = {c.name: Measurement(c.name, c.kind, size, calls[c.name], [])
+    results = {c.name: Measurement(c.name, c.kind, size, calls[c.name], [], scenario)
                for c in cands}
+    order = list(cands)
     for r in range(n):
-        shift = r % len(bound)
-        for c, fn, args in bound[shift:] + bound[:shift]:
+        shift = r % len(order)
+        for c in order[shift:] + order[:shift]:
+            seq = _sequence(c, buf, size, calls[c.name], walk)
             if warmup:
+                fn, args = seq[0]
                 fn(*args)
-            results[c.name].samples.append(_time_calls(fn, args, calls[c.name]))
+            results[c.name].samples.append(_time_seq(seq))
+            del seq
         if tick is not None:
             tick()
     return results
 
 
+Cases = dict[str, dict[str, "Measurement"]]
+"""{scenario: {candidate name: Measurement}} at one size."""
+
+
 def measure(sizes: Sequence[int], cands: Sequence[Candidate], *, repeat: int = 7,
             target_s: float = 0.002, budget_s: float = 2.0,
+            scenarios: Sequence[str] = SCENARIOS,
             progress: Callable[[int, int, int], None] | None = None,
-            buffer: Buffer | None = None) -> list[dict[str, Measurement]]:
-    """measure_size for each size over one buffer of the largest size.
+            buffer: Buffer | None = None) -> list[Cases]:
+    """measure_size for each size and scenario over one mapping: the cold
+    pool (``cold_pool_size``), or the largest size if that is larger.  Cold
+    is left out at sizes the pool cannot make cold (``cold_measurable``).
 
     progress(done, total, size) is called as repeats finish (total is an
     upper bound: repeats may be cut to fit the budget)."""
     if not sizes:
         return []
+    for sc in scenarios:
+        if sc not in SCENARIOS:
+            raise ValueError("scenario must be one of %s, not %r" % (SCENARIOS, sc))
     own = buffer is None
-    buf = buffer or Buffer(max(sizes))
-    total = len(sizes) * max(1, repeat)
+    need = max(sizes)
+    if COLD in scenarios:
+        need = max(need, cold_pool_size())
+    buf = buffer or Buffer(need)
+    plan = [(size, sc) for size in sizes for sc in scenarios
+            if sc == WARM or cold_measurable(size, buf.size)]
+    total = len(plan) * max(1, repeat)
     done = [0]
-    out = []
+    out: dict[int, Cases] = {size: {} for size in sizes}
     try:
-        for size in sizes:
+        for size, sc in plan:
             def tick(size: int = size) -> None:
                 done[0] += 1
                 if progress is not None:
                     progress(done[0], total, size)
             start = done[0]
-            out.append(measure_size(buf, size, cands, repeat=repeat, target_s=target_s,
-                                    budget_s=budget_s, tick=tick))
+            out[size][sc] = measure_size(buf, size, cands, repeat=repeat, target_s=target_s,
+                                         budget_s=budget_s, scenario=sc, tick=tick)
             # Repeats cut by the budget: count them as done for the bar.
             done[0] = start + max(1, repeat)
             if progress is not None:
@@ -343,7 +428,7 @@ def measure(sizes: Sequence[int], cands: Sequence[Candidate], *, repeat: int = 7
     finally:
         if own:
             buf.close()
-    return out
+    return [out[size] for size in sizes]
 
 
 def differs(a: Measurement, b: Measurement, floor: float = 0.03) -> float:

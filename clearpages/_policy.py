@@ -13,10 +13,7 @@ from typing import Union
 
 from ._cpu import CPU
 from ._routines import BY_NAME
-
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
+from ._units import KiB, MiB, format_size
 
 #: The unit of work while the speed of the memory is unknown: a job's first
 #: unit per thread when this process has not yet timed the routine, and the
@@ -60,6 +57,10 @@ class Thresholds:
     """The routine between vector_max and nt_min."""
     streaming: str
     """The non-temporal routine at or above nt_min."""
+    long_min: int = NEVER
+    """At or above this many bytes a piece, on one thread: ``long``."""
+    long: str = ""
+    """The routine for very long extents ('' = streaming)."""
     chunk: int = DEFAULT_CHUNK
     thread_min: int = DEFAULT_THREAD_MIN
     max_threads: int = 0
@@ -97,25 +98,54 @@ class Plan:
             format_size(self.chunk), self.reason)
 
 
-def format_size(n: float) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size:
-            value = n / size
-            return ("%d %s" % (value, unit)) if value == int(value) else ("%.1f %s" % (value, unit))
-    return "%d B" % n
-
-
 def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
     """Can this CPU (after masking) run the routine, and was it built?"""
     r = BY_NAME[name]
     return name in built and r.requires <= cpu.features
 
 
+#: The temporal / streaming crossover is set by the cold case.  A routine
+#: is judged by its worse case (the lower of its ratios to the best routine
+#: on warm and on cold buffers, see _profile.py), because only the program
+#: knows which it has.  A cold clear with ordinary stores pays a
+#: read-for-ownership per line from memory; streaming stores do not.
+#: Measured (profiles/): on Zen 3 (512 KiB L2) temporal stores win that
+#: worse case at 4-8 KiB, tie at 16 KiB and lose 1.5-2x from 32 KiB up, in
+#: both profiles; on Intel Emerald Rapids (2 MiB L2) streaming wins at every
+#: size measured (4 MiB up), while warm in-L2 rep stosb is ~2x streaming
+#: and cold ~0.5x, a tie.  So: a sixteenth of the L2 (Zen 3: 32 KiB;
+#: Emerald Rapids: 128 KiB), kept within NT_MIN_RANGE.
+NT_MIN_L2_DIVISOR = 16
+NT_MIN_RANGE = (16 * KiB, 1 * MiB)
+NT_MIN_UNKNOWN_L2 = 32 * KiB
+
+#: On AMD Zen with ERMS, rep stosb switches to streaming stores by itself
+#: for very long lengths, and then beats the vector streaming stores: at
+#: 1 GiB 0.97-0.99 of the best routine in both Zen 3 profiles, against
+#: 0.92-0.96 for avx2_nt (and 0.99 at 512 MiB, but 0.88-0.92 at 256 MiB).
+#: Only where each piece is that long: the microcode sees one extent.
+LONG_REP_STOSB_L3_FACTOR = 16
+
+
+def _nt_min(cpu: CPU) -> tuple[int, str]:
+    if not cpu.l2:
+        return NT_MIN_UNKNOWN_L2, ("L2 size unknown: %s, the crossover of the worse "
+                                   "case measured on Zen 3" % format_size(NT_MIN_UNKNOWN_L2))
+    lo, hi = NT_MIN_RANGE
+    nt_min = min(hi, max(lo, cpu.l2 // NT_MIN_L2_DIVISOR))
+    return nt_min, ("1/%d of the %s L2: from there a cold buffer costs ordinary stores "
+                    "more than a warm one costs streaming stores (measured worse case)"
+                    % (NT_MIN_L2_DIVISOR, format_size(cpu.l2)))
+
+
 def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
-    """Thresholds from the CPU's features and cache sizes, never measured."""
+    """Thresholds from the CPU's features and cache sizes, never measured.
+
+    Each rule names its evidence: the machine profiles in the repository's
+    ``profiles/`` corpus, which tests/test_replay.py replays this policy
+    against."""
     why = []
     streaming = next((m for m in STREAMING_PREFERENCE if usable(m, cpu, built)), None)
-    last = cpu.last_cache
     if streaming is None:
         # A portable build: memset is all there is.
         only = "memset is the only routine in this build"
@@ -125,57 +155,34 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
                                ("vector_max", only), ("nt_min", only), ("temporal", only)))
     why.append(("streaming", "%s: the widest streaming store this CPU has" % streaming))
 
+    long_min, long = NEVER, ""
     if "erms" in cpu.features and usable("rep_stosb", cpu, built):
         temporal = "rep_stosb"
-        if cpu.is_amd and cpu.l2:
-            # AMD aocl-libmem: vector stores up to L2, rep stosb up to L3.
-            # glibc 2.40 stopped using rep stosb on AMD altogether; measured
-            # on Zen 4 it still wins between L2 and L3.
-            vector_max = cpu.l2
-            why.append(("vector_max", "the %s L2 (AMD aocl-libmem: vector stores to L2)"
-                        % format_size(cpu.l2)))
-        else:
-            vector_max = GLIBC_REP_STOSB_THRESHOLD
-            why.append(("vector_max", "glibc's rep_stosb_threshold, 2 KiB"))
+        # glibc's rep_stosb_threshold.  On AMD too: measured on Zen 3 (FSRM),
+        # rep stosb ties or beats memset from 4 KiB, warm and cold
+        # (aocl-libmem keeps vector stores up to the L2).
+        vector_max = GLIBC_REP_STOSB_THRESHOLD
+        why.append(("vector_max", "glibc's rep_stosb_threshold, 2 KiB"))
         why.append(("temporal", "rep_stosb: ERMS%s makes it the fastest temporal store"
                     % ("/FSRM" if "fsrm" in cpu.features else "")))
+        if cpu.is_amd and cpu.last_cache:
+            long_min, long = LONG_REP_STOSB_L3_FACTOR * cpu.last_cache, "rep_stosb"
+            why.append(("long_min", "%dx the %s L3: AMD's rep stosb streams by itself over "
+                        "long extents and beats %s there (measured on Zen 3)"
+                        % (LONG_REP_STOSB_L3_FACTOR, format_size(cpu.last_cache), streaming)))
+            why.append(("long", "rep_stosb in one call per extent on AMD (see long_min)"))
     else:
         temporal = "libc"
         vector_max = NEVER
         why.append(("temporal", "libc memset: no ERMS, so rep stosb is slow to start"))
         why.append(("vector_max", "no ERMS: memset's vector stores up to the streaming threshold"))
-
-    if last:
-        # A guest may see the host's whole L3 in CPUID, shared with tenants
-        # it cannot see; that shows as more L3 per visible core than any
-        # real part has (they have at most a few times their L2).  Measured
-        # in a 2-vCPU guest of a 300 MiB-L3 host: streaming stores already
-        # won from ~2-4x the L2.  Calibration replaces this guess.
-        per_core = last // max(1, cpu.cores)
-        if "hypervisor" in cpu.features and cpu.l2 and per_core > 16 * cpu.l2:
-            nt_min = 4 * cpu.l2
-            why.append(("nt_min", "4x the %s L2: under a hypervisor the %s L3 is the "
-                        "host's, shared with unseen guests" % (format_size(cpu.l2),
-                                                               format_size(last))))
-        elif cpu.is_amd:
-            # aocl-libmem streams above the L3 (of one CCX, which is what
-            # 0x8000001D describes); rep stosb there turns non-temporal
-            # around the same size anyway.
-            nt_min = last
-            why.append(("nt_min", "the %s L3 (AMD aocl-libmem: non-temporal above L3)"
-                        % format_size(last)))
-        else:
-            # glibc: non-temporal above 3/4 of the shared cache; asmlib uses
-            # half the largest cache.  On Intel rep stosb never streams by
-            # itself, so the switch must be made here.
-            nt_min = last * 3 // 4
-            why.append(("nt_min", "3/4 of the %s last-level cache (glibc's share)"
-                        % format_size(last)))
-    else:
-        nt_min = 8 * MiB
-        why.append(("nt_min", "cache size unknown: 8 MiB"))
+    if not long:
+        why.append(("long", "none: the streaming routine at every length"))
+        why.append(("long_min", "never: no routine beats %s on long extents here" % streaming))
+    nt_min, nt_why = _nt_min(cpu)
+    why.append(("nt_min", nt_why))
     return Thresholds(vector_max=vector_max, nt_min=nt_min, temporal=temporal,
-                      streaming=streaming, why=tuple(why))
+                      streaming=streaming, long_min=long_min, long=long, why=tuple(why))
 
 
 #: Floor of the adaptive band: two clock reads (~60 ns) stay under 1% of a clear.
@@ -231,9 +238,11 @@ def choose_threads(cpu: CPU, th: Thresholds, nbytes: int) -> int:
     return max(1, min(most, nbytes // max(1, th.thread_min // 2)))
 
 
-def pick(th: Thresholds, nbytes: int, count: int = 1) -> str:
+def pick(th: Thresholds, nbytes: int, count: int = 1, threads: int = 1) -> str:
     """The routine decide() chooses, without building its reason (per call)."""
     if nbytes >= th.nt_min:
+        if th.long and threads == 1 and count and nbytes // count >= th.long_min:
+            return th.long
         return th.streaming
     if (nbytes // count if count else 0) < th.vector_max:
         return "libc"
@@ -254,29 +263,32 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
     """The plan for clearing nbytes in count pieces.  Pure."""
     what = format_size(nbytes) if count == 1 else (
         "%s in %d pieces" % (format_size(nbytes), count))
-    method = forced or pick(th, nbytes, count)
+    n_threads = choose_threads(cpu, th, nbytes) if threads == "auto" else int(threads)
+    method = forced or pick(th, nbytes, count, n_threads)
     if forced is not None:
         method, reason = forced, "CLEARPAGES_METHOD forces %s" % forced
     elif th.streaming == th.temporal == "libc":
         # A portable build: memset on both sides of every threshold.
         reason = "%s: %s" % (what, th.reason("temporal"))
+    elif method == th.long and nbytes >= th.nt_min and method != th.streaming:
+        reason = ("%s is at least %s a piece on one thread (%s): %s"
+                  % (what, format_size(th.long_min), th.reason("long_min"), method))
     elif method == th.streaming and nbytes >= th.nt_min:
         reason = ("%s is at least the streaming threshold %s (%s): non-temporal "
                   "stores skip the read-for-ownership and keep the cache for other data"
                   % (what, format_size(th.nt_min), th.reason("nt_min")))
     elif method == "libc" and th.vector_max >= NEVER and nbytes < th.nt_min:
-        reason = "%s is below the streaming threshold %s: memset (%s)" % (
-            what, format_size(th.nt_min), th.reason("vector_max"))
+        reason = "%s is below the streaming threshold %s (%s): memset (%s)" % (
+            what, format_size(th.nt_min), th.reason("nt_min"), th.reason("vector_max"))
     elif method == "libc" and nbytes < th.nt_min:
         reason = ("%s is below %s%s (%s): memset's vector stores start fastest"
                   % (what, format_size(th.vector_max), " a piece" if count > 1 else "",
                      th.reason("vector_max")))
     else:
-        reason = ("%s fits the cache (streaming from %s): ordinary stores, %s"
-                  % (what, format_size(th.nt_min), th.reason("temporal")))
+        reason = ("%s is below the streaming threshold %s (%s): ordinary stores, %s"
+                  % (what, format_size(th.nt_min), th.reason("nt_min"), th.reason("temporal")))
     if count > 1:
         reason += "; chosen from the total, as one piece of work"
-    n_threads = choose_threads(cpu, th, nbytes) if threads == "auto" else int(threads)
     chunk = chunk_for(th, nbytes, n_threads)
     if n_threads > 1:
         if threads == "auto":

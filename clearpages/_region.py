@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._native import ffi, lib
-
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
+from ._system import thp_mode as _thp_mode
+from ._units import GiB, KiB, MiB, format_size as _fmt_size
 
 #: Page sizes by name: (bytes, kind).
 PAGE_SIZES = {
@@ -58,7 +56,6 @@ ALIGNMENTS = {
 _POPULATE_SLICE = 256 * MiB
 
 _HUGETLB_DIR = "/sys/kernel/mm/hugepages/hugepages-%dkB"
-_THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def _address_space_limit() -> int:
@@ -95,13 +92,6 @@ class Backing:
     def huge(self) -> int:
         """Bytes backed by huge pages of either kind."""
         return self.anon_huge_pages + self.hugetlb
-
-
-def _fmt_size(n: int) -> str:
-    for unit, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
-        if n >= unit and n % unit == 0:
-            return "%d %s" % (n // unit, name)
-    return "%d bytes" % n
 
 
 def _read_int(path: str) -> int | None:
@@ -142,16 +132,6 @@ def _hugetlb_error(size: int, page_bytes: int, err: int,
                   pool["nr"] + need - usable, pool["path"],
                   page.replace(" GiB", "G").replace(" MiB", "M"), need)
     return HugePagesUnavailable(err, "%s (%s)" % (msg, os.strerror(err)))
-
-
-def _thp_mode() -> str | None:
-    try:
-        with open(_THP_ENABLED) as f:
-            text = f.read()
-    except OSError:
-        return None
-    start = text.find("[")
-    return text[start + 1:text.find("]", start)] if start >= 0 else None
 
 
 def _check_size(size: Any, what: str = "size") -> int:

@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 import clearpages as cp
-from clearpages import _calibration as cal, _core, _measure, _policy
+from clearpages import _calibrate, _calibration as cal, _core, _measure, _policy
 from clearpages._policy import KiB, MiB
 from clearpages._routines import BY_NAME
 
@@ -160,7 +160,7 @@ def test_stale_format_is_ignored(tmp_path, here):
 
 def test_routine_this_cpu_cannot_run_falls_back(tmp_path, here):
     cpu, _, default = here
-    th = dataclasses.replace(default, streaming="clzero", temporal="rep_stosq",
+    th = dataclasses.replace(default, streaming="clzero", temporal="rep_stosq", long="",
                              nt_min=3 * MiB, why=(("nt_min", "measured: x"),))
     path = cal.save(tmp_path / "p.json", cpu, th)
     methods = ("libc", "rep_stosq", default.streaming)
@@ -189,12 +189,13 @@ def test_calibrated_threshold_changes_plan(tmp_path, here, config):
     cpu, _, default = here
     # The CPU as this process sees it: keep CLEARPAGES_DISABLE in effect.
     mask = {k: v for k, v in os.environ.items() if k == "CLEARPAGES_DISABLE"}
-    # Below the default streaming threshold (2 MiB where that allows), so
-    # the calibrated threshold below it makes the plan stream and say why.
-    size = min(2 * MiB, default.nt_min // 2)
+    # A size the default streams; the calibrated file moves the crossover
+    # above it, so the plan turns temporal and says the threshold was measured.
+    size = max(4 * default.nt_min, 64 * KiB)
     config({**mask, "CLEARPAGES_CALIBRATION": "off"})
     before = cp.plan(size, threads=1)
-    nt = size // 2
+    assert before.method == default.streaming
+    nt = 4 * size
     th = dataclasses.replace(default, nt_min=nt, why=(("nt_min", "measured: test"),))
     path = cal.save(tmp_path / "p.json", cpu, th)
 
@@ -251,10 +252,11 @@ def test_corrupt_default_file_warns_at_reload(here, config):
 # ---- choosing thresholds from measurements ------------------------------------
 
 
-def _m(name: str, size: int, gbps: float, spread: float = 0.01) -> _measure.Measurement:
+def _m(name: str, size: int, gbps: float, spread: float = 0.01,
+       scenario: str = "warm") -> _measure.Measurement:
     t = size / (gbps * 1e9)
     return _measure.Measurement(name, "routine", size, 1,
-                                [t * (1 - spread), t, t * (1 + spread)])
+                                [t * (1 - spread), t, t * (1 + spread)], scenario)
 
 
 SIZES = [1 << k for k in range(9, 29)]     # 512 B .. 256 MiB
@@ -270,35 +272,60 @@ METHODS = ("rep_stosb", "rep_stosq", "mov_loop", "movnti", "avx2_nt", "avx512_nt
 BUILT = frozenset(METHODS)
 
 
-def _table(speed):
-    return {s: {m: _m(m, s, speed(m, s)) for m in METHODS} for s in SIZES}
+def _table(speed, scenarios=("warm", "cold")):
+    """speed(method, size, scenario) -> GB/s, as calibrate measures it."""
+    return {s: {sc: {m: _m(m, s, speed(m, s, sc), scenario=sc) for m in METHODS}
+                for sc in scenarios} for s in SIZES}
 
 
-def test_select_finds_a_clear_crossover():
+def _score(cases, name):
+    return min(row[name].median / max(x.median for x in row.values())
+               for row in cases.values())
+
+
+def test_select_finds_the_worse_case_crossover():
+    """Temporal stores win warm by 1.5x, streaming stores win cold by 3x from
+    256 KiB: the worse case moves the crossover there, whatever the default."""
     cpu = _synthetic_cpu()
     default = _policy.default_thresholds(cpu, BUILT)
-    assert default.nt_min == 24 * MiB
+    assert default.nt_min != 256 * KiB
 
-    def speed(m, s):
+    def speed(m, s, sc):
         if not BY_NAME[m].temporal:
             return 20.0 if m == "avx2_nt" else 18.0
         base = {"libc": 30.0, "rep_stosb": 30.0}.get(m, 20.0)
-        return base if s < 4 * MiB else 10.0     # temporal collapses from 4 MiB
-    th = cal.select_routines(cpu, default, _table(speed), METHODS)
-    assert th.nt_min == 4 * MiB
+        if sc == "cold" and s >= 256 * KiB:
+            return base / 4.5                     # 3x behind streaming
+        return base if sc == "warm" else base * 0.9
+    th = _calibrate.select_routines(cpu, default, _table(speed), METHODS)
+    assert th.nt_min == 256 * KiB
     assert th.streaming == "avx2_nt"
-    assert th.temporal == default.temporal      # a tie keeps the default
-    assert th.vector_max == default.vector_max
+    assert th.temporal in ("rep_stosb", "libc")
+
+
+def test_select_warm_alone_would_choose_otherwise():
+    """The same speeds measured warm only never stream: the cold case is what
+    moves the crossover."""
+    cpu = _synthetic_cpu()
+    default = dataclasses.replace(_policy.default_thresholds(cpu, BUILT), nt_min=64 * MiB)
+
+    def speed(m, s, sc):
+        if not BY_NAME[m].temporal:
+            return 20.0
+        return 30.0 if sc == "warm" or s < 256 * KiB else 6.0
+    both = _calibrate.select_routines(cpu, default, _table(speed), METHODS)
+    warm = _calibrate.select_routines(cpu, default, _table(speed, ("warm",)), METHODS)
+    assert both.nt_min <= 256 * KiB
+    assert warm.nt_min > 128 * MiB
 
 
 def test_select_keeps_default_within_noise():
     cpu = _synthetic_cpu()
     default = _policy.default_thresholds(cpu, BUILT)
     rnd = random.Random(5)
-    th = cal.select_routines(cpu, default,
-                             _table(lambda m, s: 20.0 * (1 + rnd.uniform(-0.01, 0.01))),
-                             METHODS)
-    for k in ("vector_max", "nt_min", "temporal", "streaming"):
+    th = _calibrate.select_routines(
+        cpu, default, _table(lambda m, s, sc: 20.0 * (1 + rnd.uniform(-0.01, 0.01))), METHODS)
+    for k in ("vector_max", "nt_min", "temporal", "streaming", "long", "long_min"):
         assert getattr(th, k) == getattr(default, k), k
 
 
@@ -307,12 +334,36 @@ def test_selected_policy_never_loses_to_default(seed):
     cpu = _synthetic_cpu()
     default = _policy.default_thresholds(cpu, BUILT)
     rnd = random.Random(seed)
-    table = _table(lambda m, s: rnd.uniform(5, 40))
-    th = cal.select_routines(cpu, default, table, METHODS)
-    for s, row in table.items():
-        mine = row[_policy.decide(cpu, th, s).method]
-        theirs = row[_policy.decide(cpu, default, s).method]
-        assert mine.median >= theirs.median * (1 - _measure.differs(mine, theirs)), s
+    table = _table(lambda m, s, sc: rnd.uniform(5, 40))
+    th = _calibrate.select_routines(cpu, default, table, METHODS)
+    for s, cases in table.items():
+        mine = _policy.decide(cpu, th, s).method
+        theirs = _policy.decide(cpu, default, s).method
+        tol = max([0.03] + [row[n].rel_spread for row in cases.values() for n in (mine, theirs)])
+        assert _score(cases, mine) >= _score(cases, theirs) * (1 - tol), s
+
+
+def test_select_long_rule():
+    """A temporal routine that beats streaming on very long extents gets the
+    long rule from there; where it never does, no long rule."""
+    cpu = dataclasses.replace(_synthetic_cpu(), vendor="AuthenticAMD")
+    default = _policy.default_thresholds(cpu, BUILT)
+
+    def speed(m, s, sc):
+        if not BY_NAME[m].temporal:
+            return 30.0
+        if s >= 128 * MiB:
+            return 33.0 if m == "rep_stosb" else 10.0
+        return 40.0 if sc == "warm" else 8.0
+    th = _calibrate.select_routines(cpu, default, _table(speed), METHODS)
+    assert (th.long, th.long_min) == ("rep_stosb", 128 * MiB)
+    assert _policy.decide(cpu, th, 256 * MiB).method == "rep_stosb"
+    assert _policy.decide(cpu, th, 64 * MiB).method == th.streaming
+
+    def never(m, s, sc):
+        return 30.0 if not BY_NAME[m].temporal else (40.0 if sc == "warm" else 8.0)
+    th = _calibrate.select_routines(cpu, default, _table(never), METHODS)
+    assert th.long == "" or th.long_min > max(SIZES)
 
 
 def test_select_threads():
@@ -324,24 +375,24 @@ def test_select_threads():
         return {s: {str(c): _m(str(c), s, 10.0 * (gain(s) if c > 1 else 1))
                     for c in (1, 2, 4)} for s in sizes}
 
-    th = cal.select_threads(cpu, default, table(lambda s: 1.8 if s >= 16 * MiB else 0.7),
-                            (1, 2, 4))
+    th = _calibrate.select_threads(cpu, default,
+                                   table(lambda s: 1.8 if s >= 16 * MiB else 0.7), (1, 2, 4))
     assert th.thread_min == 16 * MiB
     assert _policy.choose_threads(cpu, th, 4 * MiB) == 1
-    th = cal.select_threads(cpu, default, table(lambda s: 0.6), (1, 2, 4))
+    th = _calibrate.select_threads(cpu, default, table(lambda s: 0.6), (1, 2, 4))
     assert _policy.choose_threads(cpu, th, 256 * MiB) == 1
-    th = cal.select_threads(cpu, default, table(lambda s: 1.0), (1, 2, 4))
+    th = _calibrate.select_threads(cpu, default, table(lambda s: 1.0), (1, 2, 4))
     assert (th.thread_min, th.max_threads) == (default.thread_min, default.max_threads)
 
 
 def test_grid_and_sizes(here):
-    assert cal.grid(1024, 8192) == [1024, 2048, 4096, 8192]
-    assert cal.grid(1024, 8192, halves=(2048, 4096)) == [1024, 2048, 3072, 4096, 8192]
-    sizes, tsizes = cal.plan_sizes(here[0], quick=True)
+    assert _calibrate.grid(1024, 8192) == [1024, 2048, 4096, 8192]
+    assert _calibrate.grid(1024, 8192, halves=(2048, 4096)) == [1024, 2048, 3072, 4096, 8192]
+    sizes, tsizes = _calibrate.plan_sizes(here[0], quick=True)
     assert sizes == sorted(sizes) and max(sizes) <= 256 * MiB
     assert tsizes == sorted(tsizes) and max(tsizes) == max(sizes)
-    assert cal.thread_counts(1) == [1]
-    assert cal.thread_counts(6) == [1, 2, 4, 6]
+    assert _calibrate.thread_counts(1) == [1]
+    assert _calibrate.thread_counts(6) == [1, 2, 4, 6]
 
 
 # ---- a real calibration, tiny -------------------------------------------------
@@ -349,8 +400,8 @@ def test_grid_and_sizes(here):
 
 def test_tiny_calibration_roundtrip(tmp_path, here):
     cpu, methods, default = here
-    result = cal.calibrate(sizes=[1 * KiB, 64 * KiB, 1 * MiB], thread_sizes=[1 * MiB],
-                           repeat=2, target_s=1e-4, budget_s=0.1)
+    result = _calibrate.calibrate(sizes=[1 * KiB, 64 * KiB, 1 * MiB], thread_sizes=[1 * MiB],
+                                  repeat=2, target_s=1e-4, budget_s=0.1)
     th = result.thresholds
     assert set(result.routines) == {1 * KiB, 64 * KiB, 1 * MiB}
     for k in cal.FIELDS:
@@ -358,7 +409,12 @@ def test_tiny_calibration_roundtrip(tmp_path, here):
     rows = result.comparison(cpu)
     assert [r["size"] for r in rows if r["threads"] == 1] == [1 * KiB, 64 * KiB, 1 * MiB]
     for r in rows:
-        assert r["calibrated_gbps"] > 0 and r["default_gbps"] > 0
+        assert r["calibrated_warm_gbps"] > 0 and r["default_warm_gbps"] > 0
+        if r["threads"] == 1:
+            assert r["calibrated_cold_gbps"] > 0 and r["default_cold_gbps"] > 0
+            assert 0 < r["calibrated_score"] <= 1 and 0 < r["default_score"] <= 1
+    for cases in result.routines.values():
+        assert set(cases) == {"warm", "cold"}
     path = cal.save(tmp_path / "p.json", cpu, th, extra={"comparison": rows})
     with _no_warnings():
         got = cal.load(cpu, methods, str(path), default)

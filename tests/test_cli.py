@@ -14,7 +14,8 @@ from conftest import ROOT
 
 import clearpages as cp
 from clearpages import _calibration
-from clearpages.__main__ import Progress, main
+from clearpages.__main__ import main
+from clearpages._output import Progress
 from clearpages._routines import BY_NAME
 
 TINY = ["--repeat", "2", "--target-ms", "0.05", "--budget-s", "0.2", "--quiet"]
@@ -77,7 +78,7 @@ def test_info_json_reports_disable_and_environment():
 
 
 def test_info_in_process_lists_every_feature_with_status():
-    from clearpages.__main__ import info_data
+    from clearpages._report import info_data
 
     rc, out = call("info")
     assert rc == 0
@@ -140,23 +141,63 @@ def test_bench_table_and_json(tmp_path):
     out_json = tmp_path / "b.json"
     rc, out = call("bench", "--sizes", "4K,64K", *TINY, "--json", str(out_json))
     assert rc == 0
-    assert "GB/s" in out and "x memset" in out and cp.cpu().vendor in out
+    for text in ("warm GB/s", "cold GB/s", "x memset", "score", cp.cpu().vendor):
+        assert text in out, text
     data = json.loads(out_json.read_text())
     assert data["settings"]["sizes"] == [4096, 65536]
-    by_size: dict[int, list] = {}
+    assert data["settings"]["scenarios"] == ["warm", "cold"]
+    assert "worse" in data["rule"]
+    cases: dict = {}
     for r in data["results"]:
-        by_size.setdefault(r["size"], []).append(r)
+        cases.setdefault((r["size"], r["scenario"]), []).append(r)
         assert r["gbps_median"] > 0 and r["gbps_q1"] <= r["gbps_q3"]
         assert r["gbps_min"] <= r["gbps_median"] <= r["gbps_max"]
         assert r["repeats"] >= 1 and len(r["seconds_per_call"]) == r["repeats"]
-    for size, rows in by_size.items():
+        assert 0 < r["score"] <= 1
+    assert set(cases) == {(s, sc) for s in (4096, 65536) for sc in ("warm", "cold")}
+    for (size, _sc), rows in cases.items():
         names = {r["name"] for r in rows}
         assert {"auto", "memset"} | set(cp.methods()) <= names
         assert sum(r["best"] for r in rows) == 1
         assert [r["name"] for r in rows if r["plan"]] == [cp.plan(size, threads=1).method]
         memset = next(r for r in rows if r["name"] == "memset")
         assert memset["ratio_to_memset"] == pytest.approx(1.0)
+        # The score is the worse of the candidate's two ratios to each case's best.
+        for r in rows:
+            ratios = []
+            for sc2 in ("warm", "cold"):
+                row = cases[(size, sc2)]
+                mine = next(x for x in row if x["name"] == r["name"])["gbps_median"]
+                ratios.append(mine / max(x["gbps_median"] for x in row))
+            assert r["score"] == pytest.approx(min(ratios))
     assert data["machine"]["cpu"]["vendor"] == cp.cpu().vendor
+
+
+def test_bench_one_scenario(tmp_path):
+    out_json = tmp_path / "b.json"
+    rc, _ = call("bench", "--sizes", "8K", "--methods", "libc", "--scenario", "warm",
+                   *TINY, "--json", str(out_json))
+    assert rc == 0
+    assert {r["scenario"] for r in json.loads(out_json.read_text())["results"]} == {"warm"}
+
+
+def test_bench_profile_writes_a_profile_and_replays_it(tmp_path):
+    from clearpages import _profile
+
+    path = tmp_path / "here.json"
+    rc, out = call("bench", "--profile", str(path), "--sizes", "4K,64K", *TINY)
+    assert rc == 0
+    prof = _profile.load(path)
+    assert prof.data["schema"] == _profile.SCHEMA and "cold" in prof.method
+    assert sorted(prof.table) == [4096, 65536]
+    for cases in prof.table.values():
+        assert set(cases) == {"warm", "cold"}
+        for row in cases.values():
+            assert set(row) == set(cp.methods())
+    assert prof.cpu.vendor == cp.cpu().vendor and prof.cpu.l2 == cp.cpu().l2
+    assert "replayed against" in out and "wrote" in out
+    rc, _ = call("bench", "--profile", str(path), "--methods", "libc", *TINY)
+    assert rc == 2
 
 
 def test_bench_methods_filter_adds_memset(tmp_path):

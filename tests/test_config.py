@@ -61,8 +61,10 @@ def test_disable_every_vector_feature(config):
 @pytest.mark.skipif(not has("erms"), reason="needs ERMS to mask it")
 def test_disable_erms_turns_to_memset(config):
     config({"CLEARPAGES_DISABLE": "erms,fsrm"})
-    assert cp.thresholds().temporal == "libc"
-    assert cp.plan(1 * MiB).method == "libc"
+    th = cp.thresholds()
+    assert th.temporal == "libc" and th.long == ""
+    assert cp.plan(th.nt_min - 1).method == "libc"
+    assert cp.plan(1 << 40, threads=1).method == th.streaming
     assert "rep_stosb" in cp.methods()      # still runnable, no longer chosen
 
 

@@ -27,19 +27,20 @@ def test_intel_ice_lake_policy():
     th = _policy.default_thresholds(ICE, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
     assert th.vector_max == 2 * KiB
-    assert th.nt_min == 45 * MiB             # 3/4 of the 60 MiB L3
+    assert th.nt_min == ICE.l2 // 16 == 80 * KiB    # 1.25 MiB L2
+    assert th.long == "" and th.long_min == _policy.NEVER    # Intel: never rep stosb long
     assert plan_method(ICE, 0) == "libc"
     assert plan_method(ICE, 2047) == "libc"
     assert plan_method(ICE, 2048) == "rep_stosb"
-    assert plan_method(ICE, 1 * MiB) == "rep_stosb"
-    assert plan_method(ICE, 45 * MiB - 1) == "rep_stosb"
-    assert plan_method(ICE, 45 * MiB) == "avx512_nt"
+    assert plan_method(ICE, th.nt_min - 1) == "rep_stosb"
+    assert plan_method(ICE, th.nt_min) == "avx512_nt"
     assert plan_method(ICE, 1 * GiB) == "avx512_nt"
-    # Chosen from the total: 1 GiB of 4 KiB pages streams, 64 x 1 KiB is memset.
+    assert plan_method(ICE, 64 * GiB) == "avx512_nt"
+    # Chosen from the total: 1 GiB of 4 KiB pages streams, 16 x 1 KiB is memset.
     assert plan_method(ICE, 1 * GiB, 262144) == "avx512_nt"
-    assert plan_method(ICE, 64 * KiB, 64) == "libc"
-    assert plan_method(ICE, 64 * 4 * KiB, 64) == "rep_stosb"
-    for field in ("vector_max", "nt_min", "temporal", "streaming"):
+    assert plan_method(ICE, 16 * KiB, 16) == "libc"
+    assert plan_method(ICE, 16 * 4 * KiB, 16) == "rep_stosb"
+    for field in ("vector_max", "nt_min", "temporal", "streaming", "long", "long_min"):
         assert th.reason(field) != th.source, field
 
 
@@ -50,58 +51,135 @@ def test_intel_without_zmm_state_streams_with_avx2():
     assert plan_method(ICE_NO_ZMM, 1 * GiB) == "avx2_nt"
     no_avx = _cpu.decode(ice_lake_leaves(), XCR0_SSE)
     assert plan_method(no_avx, 1 * GiB) == "movnti"
-    assert plan_method(no_avx, 1 * MiB) == "rep_stosb"
+    assert plan_method(no_avx, 8 * KiB) == "rep_stosb"
 
 
-def test_amd_milan_policy():
+#: Synthetic descriptions of the machines in the profile corpus and beyond.
+ZEN3_GUEST = _cpu.CPU(vendor="AuthenticAMD", family=25, model=1, brand="AMD EPYC",
+                      features=frozenset({"erms", "fsrm", "avx2", "clzero", "sse2",
+                                          "osxsave", "hypervisor"}),
+                      l1d=32 * KiB, l2=512 * KiB, l3=32 * MiB, cores=2, is_x86=True)
+ZEN4 = _cpu.CPU(vendor="AuthenticAMD", family=25, model=0x11, brand="AMD EPYC 9654",
+                features=frozenset({"erms", "fsrm", "avx2", "avx512f", "clzero", "sse2",
+                                    "osxsave"}),
+                l1d=32 * KiB, l2=1 * MiB, l3=32 * MiB, cores=192, is_x86=True)
+EMR_GUEST = _cpu.CPU(vendor="GenuineIntel", family=6, model=207,
+                     brand="Intel(R) Xeon(R) Processor",
+                     features=frozenset({"erms", "fsrm", "fzrm", "fsrs", "avx2", "avx512f",
+                                         "sse2", "osxsave", "hypervisor"}),
+                     l1d=48 * KiB, l2=2 * MiB, l3=300 * MiB, cores=2, is_x86=True)
+
+
+def test_amd_zen3_guest_policy():
+    th = _policy.default_thresholds(ZEN3_GUEST, ALL)
+    assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
+    assert th.vector_max == 2 * KiB
+    assert th.nt_min == 32 * KiB              # the worse case's crossover (profiles/)
+    assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
+    assert plan_method(ZEN3_GUEST, 1 * KiB) == "libc"
+    assert plan_method(ZEN3_GUEST, 4 * KiB) == "rep_stosb"
+    assert plan_method(ZEN3_GUEST, 32 * KiB - 1) == "rep_stosb"
+    assert plan_method(ZEN3_GUEST, 32 * KiB) == "avx2_nt"
+    assert plan_method(ZEN3_GUEST, 512 * MiB - 1) == "avx2_nt"
+    assert plan_method(ZEN3_GUEST, 512 * MiB) == "rep_stosb"
+    assert plan_method(ZEN3_GUEST, 1 * GiB) == "rep_stosb"
+    # The long rule needs one long extent on one thread: scattered pages and
+    # threads stream with the vector routine.
+    assert plan_method(ZEN3_GUEST, 1 * GiB, 262144) == "avx2_nt"
+    th2 = _policy.decide(ZEN3_GUEST, th, 1 * GiB, threads=2)
+    assert th2.method == "avx2_nt"
+    assert "long" not in th.reason("nt_min")
+    assert _policy.usable("clzero", ZEN3_GUEST, ALL)
+
+
+def test_amd_zen4_policy():
+    th = _policy.default_thresholds(ZEN4, ALL)
+    assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
+    assert th.nt_min == 64 * KiB              # 1/16 of the 1 MiB L2
+    assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
+    assert plan_method(ZEN4, 16 * KiB) == "rep_stosb"
+    assert plan_method(ZEN4, 1 * MiB) == "avx512_nt"
+    assert plan_method(ZEN4, 4 * GiB) == "rep_stosb"
+
+
+def test_intel_guest_with_host_sized_l3():
+    """CPUID shows the host's 300 MiB L3 to a 2-vCPU guest: the policy no
+    longer depends on the L3 at all below the long rule (which Intel lacks)."""
+    th = _policy.default_thresholds(EMR_GUEST, ALL)
+    assert th.nt_min == 128 * KiB             # 1/16 of the 2 MiB L2
+    assert th.long == ""
+    bare = dataclasses.replace(EMR_GUEST, features=EMR_GUEST.features - {"hypervisor"})
+    assert _policy.default_thresholds(bare, ALL).nt_min == th.nt_min
+    for n in (4 * MiB, 64 * MiB, 1 * GiB):
+        assert plan_method(EMR_GUEST, n) == "avx512_nt"
+
+
+def test_amd_milan_from_cpuid():
     th = _policy.default_thresholds(MILAN, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
-    assert th.vector_max == 512 * KiB         # aocl-libmem: vector stores to L2
-    assert th.nt_min == 32 * MiB              # non-temporal above L3
-    assert plan_method(MILAN, 4 * KiB) == "libc"
-    assert plan_method(MILAN, 512 * KiB - 1) == "libc"
-    assert plan_method(MILAN, 512 * KiB) == "rep_stosb"
-    assert plan_method(MILAN, 16 * MiB) == "rep_stosb"
-    assert plan_method(MILAN, 32 * MiB) == "avx2_nt"
-    assert plan_method(MILAN, 1 * GiB) == "avx2_nt"
+    assert th.nt_min == MILAN.l2 // 16
+    assert th.long == "rep_stosb" and th.long_min == 16 * MILAN.l3
     assert _policy.usable("clzero", MILAN, ALL) and not _policy.usable("avx512_nt", MILAN, ALL)
 
 
 def test_old_cpu_policy():
     th = _policy.default_thresholds(OLD, ALL)
     assert (th.temporal, th.streaming) == ("libc", "movnti")
-    assert th.nt_min == 6 * MiB * 3 // 4
+    assert th.vector_max == _policy.NEVER and th.long == ""
+    assert th.nt_min == max(16 * KiB, OLD.l2 // 16)
     assert plan_method(OLD, 100) == "libc"
-    assert plan_method(OLD, 64 * KiB) == "libc"
-    assert plan_method(OLD, 4 * MiB) == "libc"
+    assert plan_method(OLD, th.nt_min - 1) == "libc"
+    assert plan_method(OLD, th.nt_min) == "movnti"
     assert plan_method(OLD, 1 * GiB) == "movnti"
     assert not _policy.usable("avx2_nt", OLD, ALL)
 
 
+def test_nt_min_stays_in_its_range():
+    lo, hi = _policy.NT_MIN_RANGE
+    for l2 in (64 * KiB, 256 * KiB, 4 * MiB, 32 * MiB):
+        c = dataclasses.replace(ZEN3_GUEST, l2=l2)
+        assert _policy.default_thresholds(c, ALL).nt_min == min(hi, max(lo, l2 // 16))
+
+
+def test_avx512_present_but_disabled_by_the_os():
+    th = _policy.default_thresholds(ICE_NO_ZMM, ALL)
+    assert "avx512f" in ICE_NO_ZMM.os_disabled
+    for n in (0, 4 * KiB, 1 * MiB, 1 * GiB):
+        for count in (1, 64):
+            assert _policy.decide(ICE_NO_ZMM, th, n, count).method != "avx512_nt"
+
+
 def test_erms_masked_falls_back_to_memset():
     c = ICE.without(frozenset({"erms"}))
-    assert plan_method(c, 1 * MiB) == "libc"
+    assert plan_method(c, 8 * KiB) == "libc"
     assert plan_method(c, 1 * GiB) == "avx512_nt"
+    z = ZEN3_GUEST.without(frozenset({"erms"}))
+    th = _policy.default_thresholds(z, ALL)
+    assert th.long == "" and plan_method(z, 1 * GiB) == "avx2_nt"
 
 
-def test_unknown_caches_stream_from_8_mib():
+def test_unknown_caches():
     leaves = [r for r in ice_lake_leaves() if r[0] != 4]
     c = _cpu.decode(leaves, XCR0_AVX512)
     assert c.last_cache == 0
     th = _policy.default_thresholds(c, ALL)
-    assert th.nt_min == 8 * MiB
-    assert plan_method(c, 8 * MiB - 1) == "rep_stosb"
-    assert plan_method(c, 8 * MiB) == "avx512_nt"
+    assert th.nt_min == _policy.NT_MIN_UNKNOWN_L2
+    assert plan_method(c, th.nt_min - 1) == "rep_stosb"
+    assert plan_method(c, th.nt_min) == "avx512_nt"
+    amd = dataclasses.replace(ZEN3_GUEST, l2=0, l3=0, l1d=0)
+    assert _policy.default_thresholds(amd, ALL).long == ""
 
 
-@pytest.mark.parametrize("c", [ICE, MILAN, OLD], ids=["ice", "milan", "old"])
+@pytest.mark.parametrize("c", [ICE, MILAN, OLD, ZEN3_GUEST, ZEN4, EMR_GUEST],
+                         ids=["ice", "milan", "old", "zen3", "zen4", "emr"])
 def test_portable_build_is_memset_everywhere(c):
     built = frozenset({"libc"})
     for n in (0, 100, 1 * MiB, 1 * GiB, 1 << 40):
         assert plan_method(c, n, built=built) == "libc"
 
 
-@pytest.mark.parametrize("c", [ICE, MILAN, OLD, ICE_NO_ZMM], ids=["ice", "milan", "old", "nozmm"])
+@pytest.mark.parametrize("c", [ICE, MILAN, OLD, ICE_NO_ZMM, ZEN3_GUEST, ZEN4, EMR_GUEST],
+                         ids=["ice", "milan", "old", "nozmm", "zen3", "zen4", "emr"])
 def test_decisions_only_name_usable_routines(c):
     th = _policy.default_thresholds(c, ALL)
     for n in [0, 1, 2047, 2048, 4096, 1 * MiB, 8 * MiB, 40 * MiB, 64 * MiB, 1 * GiB, 1 << 40]:
@@ -120,6 +198,7 @@ def test_forced_method_wins():
 
 def test_with_nt_threshold_moves_the_crossover():
     th = _policy.with_nt_threshold(_policy.default_thresholds(ICE, ALL), 1 * MiB)
+    assert th.nt_min == 1 * MiB
     assert _policy.decide(ICE, th, 1 * MiB - 1).method == "rep_stosb"
     assert _policy.decide(ICE, th, 1 * MiB).method == "avx512_nt"
     assert "CLEARPAGES_NT_THRESHOLD" in th.reason("nt_min")

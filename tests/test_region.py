@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import clearpages as cp
-from clearpages import _region
+from clearpages import _region, _system
 from clearpages._native import lib
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -295,7 +295,7 @@ def test_populate_faults_every_page_and_keeps_contents():
 
 
 @pytest.mark.skipif(thp_mode() in (None, "never"),
-                    reason="transparent huge pages are disabled (%s)" % _region._THP_ENABLED)
+                    reason="transparent huge pages are disabled (%s)" % _system.THP_ENABLED)
 def test_2m_region_is_backed_by_transparent_huge_pages():
     with cp.Region(16 * MiB, page_size="2m", populate=True) as r:
         b = r.backing()

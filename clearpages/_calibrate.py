@@ -1,0 +1,456 @@
+"""``python -m clearpages calibrate``: measure this machine, choose thresholds.
+
+Every usable routine is timed at sizes from a few hundred bytes to past the
+caches, interleaved, on warm buffers and on cold ones (``_measure``).  The
+thresholds are then chosen by one stated rule, ``RULE``: at each size a
+routine's score is the worse of its two ratios to the best routine on warm
+and on cold buffers (``_profile.scores``), because only the program knows
+which it has; the thresholds chosen maximise the sum of log scores over the
+sizes measured, and at no size may their choice score lower than the
+default's beyond the noise (a gain within the noise keeps the default).
+Sizes where the two policies differ are measured a second time before the
+result is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import _core, _measure
+from ._policy import NEVER, Thresholds, choose_threads, decide
+from ._routines import BY_NAME
+from ._units import KiB, MiB, format_size
+
+RULE = ("each threshold maximises the worse case: at every size, a routine scores "
+        "min(warm GB/s / best warm, cold GB/s / best cold); calibrate keeps the "
+        "thresholds with the highest total log score that score below the default's "
+        "nowhere beyond the noise")
+
+Cases = Mapping[str, Mapping[str, Any]]
+"""{scenario: {name: _measure.Measurement}} at one size."""
+Table = Mapping[int, Cases]
+"""{size: {scenario: {name: _measure.Measurement}}}"""
+
+
+def _score(cases: Cases, name: str) -> float:
+    return float(min(row[name].median / max(m.median for m in row.values())
+                     for row in cases.values()))
+
+
+class _Scored:
+    """Each routine's score (RULE) and noise at each size, computed once."""
+
+    def __init__(self, data: Table) -> None:
+        self.score = {size: {n: _score(cases, n) for n in next(iter(cases.values()))}
+                      for size, cases in data.items()}
+        self.spread = {size: {n: max(row[n].rel_spread for row in cases.values())
+                              for n in next(iter(cases.values()))}
+                       for size, cases in data.items()}
+
+    def judge(self, pick: Mapping[int, str], base: Mapping[int, str],
+              floor: float) -> float | None:
+        """Score of a policy against the default's (None: worse somewhere).
+
+        pick and base map each size to the name chosen there.  The score sums
+        log worse-case scores over sizes, counting a size at the default's
+        score unless the candidate's gain there exceeds the noise."""
+        total = 0.0
+        for size, scores in self.score.items():
+            p, b = pick[size], base[size]
+            mine, theirs = scores[p], scores[b]
+            tol = max(floor, self.spread[size][p], self.spread[size][b])
+            if mine < theirs * (1 - tol):
+                return None
+            total += math.log(max(1e-9, mine if mine > theirs * (1 + tol) else theirs))
+        return total
+
+
+def _distance(a: int, b: int) -> float:
+    return abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
+
+
+def _common(data: Table, methods: Sequence[str]) -> list[str]:
+    return [m for m in methods
+            if all(m in row for cases in data.values() for row in cases.values())]
+
+
+def select_routines(cpu: Any, default: Thresholds, data: Table,
+                    methods: Sequence[str], floor: float = 0.03) -> Thresholds:
+    """The thresholds (vector_max, temporal, nt_min, streaming, then long_min
+    and long) that do best on the measurements by RULE without scoring below
+    the default anywhere."""
+    sizes = sorted(data)
+    usable = _common(data, methods)
+    temporals = [m for m in usable if BY_NAME[m].temporal] or [default.temporal]
+    streamings = [m for m in usable if not BY_NAME[m].temporal] or [default.streaming]
+    vmaxes = sorted({default.vector_max} | {s for s in sizes if s <= 1 * MiB})
+    ntmins = sorted({default.nt_min} | {s for s in sizes if s >= 4 * KiB})
+    # decide() is asked once per (vector_max, nt_min) with placeholder
+    # routine names; which routine fills each role is then a lookup.  The
+    # long rule is chosen afterwards, on top of the best of these, so the
+    # first stage compares against the default without its long rule.
+    tags = ("\0temporal", "\0streaming")
+    no_long = dataclasses.replace(default, long_min=NEVER, long="")
+    base = {s: decide(cpu, no_long, s).method for s in sizes}
+    scored = _Scored(data)
+    roles = {(v, n): {s: decide(cpu, dataclasses.replace(
+        no_long, vector_max=v, nt_min=n, temporal=tags[0], streaming=tags[1]), s).method
+        for s in sizes} for v in vmaxes for n in ntmins}
+    best: tuple[Any, ...] | None = None
+    for t in temporals:
+        for st in streamings:
+            fill = {tags[0]: t, tags[1]: st}
+            for (v, n), role in roles.items():
+                pick = {s: fill.get(r, r) for s, r in role.items()}
+                score = scored.judge(pick, base, floor)
+                if score is None:
+                    continue
+                changed = ((t != default.temporal) + (st != default.streaming)
+                           + (v != default.vector_max) + (n != default.nt_min))
+                key = (round(score, 9), -changed,
+                       -_distance(v, default.vector_max) - _distance(n, default.nt_min))
+                if best is None or key > best[0]:
+                    best = (key, (t, st, v, n))
+    assert best is not None     # the default itself always qualifies
+    t, st, v, n = best[1]
+    chosen = dataclasses.replace(default, vector_max=v, temporal=t, nt_min=n, streaming=st)
+
+    # long: one routine for very long single extents, from a size up.
+    base = {s: decide(cpu, default, s).method for s in sizes}
+    longs = [("", NEVER)] + [(m, s) for m in temporals for s in sizes if s >= n]
+    if default.long:
+        longs.append((default.long, default.long_min))
+    best_long: tuple[Any, ...] | None = None
+    for name, lmin in longs:
+        cand = dataclasses.replace(chosen, long=name, long_min=lmin)
+        score = scored.judge({s: decide(cpu, cand, s).method for s in sizes}, base, floor)
+        if score is None:
+            continue
+        changed = (name != default.long) + (lmin != default.long_min)
+        key = (round(score, 9), -changed, -_distance(lmin, default.long_min))
+        if best_long is None or key > best_long[0]:
+            best_long = (key, cand)
+    # None: the first stage's choice loses to the default's long rule
+    # somewhere and no long rule makes up for it; keep the default.
+    return best_long[1] if best_long is not None else default
+
+
+def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any]],
+                   counts: Sequence[int], floor: float = 0.03) -> Thresholds:
+    """thread_min and max_threads from {size: {count: Measurement}} data
+    (keys are str(count); one scenario), never worse than th's own at any size."""
+    counts = sorted(counts)
+
+    def measured(c: int) -> str:
+        return str(max(k for k in counts if k <= c))
+
+    sizes = sorted(data)
+    table = {s: {_measure.WARM: data[s]} for s in sizes}
+
+    def chooser(t: Thresholds) -> dict[int, str]:
+        return {s: measured(choose_threads(cpu, t, s)) for s in sizes}
+
+    base = chooser(th)
+    scored = _Scored(table)
+    best: tuple[tuple[Any, ...], Thresholds] | None = None
+    for most in sorted({th.max_threads, 1} | set(counts)):
+        for tmin in sorted({th.thread_min} | set(sizes)):
+            cand = dataclasses.replace(th, thread_min=tmin, max_threads=most)
+            score = scored.judge(chooser(cand), base, floor)
+            if score is None:
+                continue
+            changed = (tmin != th.thread_min) + (most != th.max_threads)
+            key = (round(score, 9), -changed, -_distance(tmin, th.thread_min))
+            if best is None or key > best[0]:
+                best = (key, cand)
+    assert best is not None
+    return best[1]
+
+
+# ---- explaining ---------------------------------------------------------------
+
+
+def _at(cases: Cases, name: str) -> str:
+    return "/".join("%.1f" % cases[sc][name].median for sc in _measure.SCENARIOS
+                    if sc in cases)
+
+
+def _scen(cases: Cases) -> str:
+    return "/".join(sc for sc in _measure.SCENARIOS if sc in cases)
+
+
+def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
+            tdata: Mapping[int, Mapping[str, Any]]) -> Thresholds:
+    """th with a 'measured ...' reason for every field (GB/s warm/cold)."""
+    sizes = sorted(data)
+    why: dict[str, str] = {}
+    same = "measured: no gain beyond the noise over the default (%s), kept"
+
+    def others(s: int, name: str, temporal: bool) -> str:
+        alt = sorted((n for n in data[s][_measure.WARM]
+                      if BY_NAME[n].temporal == temporal and n != name),
+                     key=lambda n: -_score(data[s], n))[:2]
+        return ", ".join("%s %s" % (n, _at(data[s], n)) for n in alt)
+
+    mid = [s for s in sizes if th.vector_max <= s < th.nt_min]
+    if mid:
+        s = mid[len(mid) // 2]
+        why["temporal"] = "measured: %s %s GB/s %s at %s (%s); %s" % (
+            th.temporal, _at(data[s], th.temporal), _scen(data[s]), format_size(s),
+            others(s, th.temporal, True),
+            "beats the default %s beyond the noise" % default.temporal
+            if th.temporal != default.temporal else "the default, not beaten beyond the noise")
+    else:
+        why["temporal"] = same % default.temporal
+
+    if th.vector_max != default.vector_max:
+        at = min((s for s in sizes if s >= th.vector_max), default=None)
+        why["vector_max"] = ("measured: %s scores above memset from %s (%s vs %s GB/s %s)"
+                             % (th.temporal, format_size(th.vector_max),
+                                _at(data[at], th.temporal), _at(data[at], "libc"),
+                                _scen(data[at])) if at is not None and "libc" in
+                             data[at][_measure.WARM] else "measured")
+    else:
+        why["vector_max"] = same % format_size(default.vector_max)
+
+    streams = [s for s in sizes if s >= th.nt_min]
+    temps = [s for s in sizes if th.vector_max <= s < th.nt_min]
+    if th.nt_min != default.nt_min or th.streaming != default.streaming:
+        parts = []
+        if streams:
+            s = streams[0]
+            parts.append("%s scores above %s from %s (%s vs %s GB/s %s)" % (
+                th.streaming, th.temporal, format_size(s), _at(data[s], th.streaming),
+                _at(data[s], th.temporal), _scen(data[s])))
+        if temps:
+            s = temps[-1]
+            parts.append("not at %s (%s vs %s)" % (
+                format_size(s), _at(data[s], th.streaming), _at(data[s], th.temporal)))
+        why["nt_min"] = "measured: " + (", ".join(parts) or "streaming above the sizes measured")
+    else:
+        why["nt_min"] = same % format_size(default.nt_min)
+    if streams:
+        s = streams[-1]
+        why["streaming"] = "measured: %s %s GB/s %s at %s (%s); %s" % (
+            th.streaming, _at(data[s], th.streaming), _scen(data[s]), format_size(s),
+            others(s, th.streaming, False),
+            "beats the default %s beyond the noise" % default.streaming
+            if th.streaming != default.streaming else "the default, not beaten beyond the noise")
+    else:
+        why["streaming"] = same % default.streaming
+
+    if (th.long, th.long_min) == (default.long, default.long_min):
+        why["long_min"] = why["long"] = same % (
+            "%s from %s" % (default.long, format_size(default.long_min))
+            if default.long else "none")
+    elif th.long:
+        at = min(s for s in sizes if s >= th.long_min)
+        why["long_min"] = why["long"] = "measured: %s %s vs %s %s GB/s at %s" % (
+            th.long, _at(data[at], th.long), th.streaming, _at(data[at], th.streaming),
+            format_size(at))
+    else:
+        why["long_min"] = why["long"] = "measured: no routine beats %s on long extents" % (
+            th.streaming)
+
+    if not tdata:
+        why["thread_min"] = why["max_threads"] = \
+            "measured: one CPU for this process, no threads to try"
+    else:
+        big = max(tdata)
+        row = tdata[big]
+        speeds = ", ".join("%s thread%s %.1f" % (k, "" if k == "1" else "s", row[k].median)
+                           for k in sorted(row, key=int))
+        if (th.thread_min, th.max_threads) == (default.thread_min, default.max_threads):
+            why["thread_min"] = why["max_threads"] = (
+                "measured: no gain beyond the noise over the default; at %s: %s GB/s"
+                % (format_size(big), speeds))
+        else:
+            why["thread_min"] = "measured: threads pay from %s; at %s: %s GB/s" % (
+                format_size(th.thread_min), format_size(big), speeds)
+            why["max_threads"] = ("measured: more than one thread never paid; at %s: %s GB/s"
+                                  % (format_size(big), speeds) if th.max_threads == 1 else
+                                  "measured: at %s: %s GB/s" % (format_size(big), speeds))
+    return dataclasses.replace(th, source="calibration", why=tuple(why.items()))
+
+
+# ---- measuring ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Result:
+    """What calibrate() found."""
+
+    default: Thresholds
+    thresholds: Thresholds
+    routines: dict[int, dict[str, dict[str, Any]]]
+    """{size: {scenario: {routine: Measurement}}}"""
+    threads: dict[int, dict[str, Any]]
+    """{size: {str(thread count): Measurement}}"""
+    path: Path | None = None
+
+    def comparison(self, cpu: Any) -> list[dict[str, Any]]:
+        """Per measured size: the default's choice and the calibrated one,
+        GB/s in each scenario and the worse-case score (RULE)."""
+        rows = []
+        for size in sorted(self.routines):
+            d = decide(cpu, self.default, size).method
+            c = decide(cpu, self.thresholds, size).method
+            cases = self.routines[size]
+            row: dict[str, Any] = {"size": size, "threads": 1, "default": d, "calibrated": c,
+                                   "default_score": _score(cases, d),
+                                   "calibrated_score": _score(cases, c)}
+            for sc, ms in cases.items():
+                row["default_%s_gbps" % sc] = ms[d].median
+                row["calibrated_%s_gbps" % sc] = ms[c].median
+            rows.append(row)
+        for size in sorted(self.threads):
+            dn = choose_threads(cpu, self.default, size)
+            cn = choose_threads(cpu, self.thresholds, size)
+            trow = self.threads[size]
+            counts = sorted(int(k) for k in trow)
+
+            def near(n: int, counts: list[int] = counts) -> str:
+                return str(max(k for k in counts if k <= n))
+            rows.append({"size": size, "threads": "auto", "default": "%d thread%s" % (
+                dn, "" if dn == 1 else "s"), "calibrated": "%d thread%s" % (
+                cn, "" if cn == 1 else "s"), "default_warm_gbps": trow[near(dn)].median,
+                "calibrated_warm_gbps": trow[near(cn)].median})
+        return rows
+
+
+def grid(lo: int, hi: int, *, halves: tuple[int, int] | None = None) -> list[int]:
+    """Powers of two from lo to hi, plus 1.5x steps inside halves=(a, b)."""
+    out = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        if halves and halves[0] <= s < halves[1] and s * 3 // 2 <= hi:
+            out.append(s * 3 // 2)
+        s *= 2
+    return out
+
+
+def memory_cap() -> int:
+    """A quarter of the memory available now (bytes): the most a measurement maps."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 4
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30
+
+
+def plan_sizes(cpu: Any, quick: bool) -> tuple[list[int], list[int]]:
+    """(routine sizes, thread sizes) to measure on this CPU."""
+    last = cpu.last_cache or 32 * MiB
+    top = 256 * MiB if quick else max(1 << 30, 1 << (2 * last - 1).bit_length())
+    top = min(top, 1 << (memory_cap().bit_length() - 1), 4 << 30)
+    if quick:
+        sizes = grid(1 * KiB, top)
+    else:
+        sizes = grid(512, top, halves=(4 * KiB, max(cpu.l2, 64 * KiB)))
+    tsizes = grid(4 * MiB if quick else 2 * MiB, top)
+    if quick:
+        tsizes = tsizes[::2] if len(tsizes) > 4 else tsizes
+        if tsizes[-1] != top:
+            tsizes.append(top)
+    return sizes, tsizes
+
+
+def thread_counts(cores: int) -> list[int]:
+    counts = {1}
+    c = 2
+    while c < cores:
+        counts.add(c)
+        c *= 2
+    if cores > 1:
+        counts.add(cores)
+    return sorted(counts)
+
+
+def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
+              thread_sizes: Sequence[int] | None = None, repeat: int | None = None,
+              target_s: float | None = None, budget_s: float | None = None,
+              verify: bool = True,
+              progress: Callable[[str, int, int], None] | None = None) -> Result:
+    """Measure this machine and choose thresholds by RULE.  Nothing is written.
+
+    sizes / thread_sizes / repeat / target_s / budget_s override the plan
+    (tests use tiny ones); progress(stage, done, total) reports.
+    """
+    from . import _policy
+
+    cpu = _core.cpu()
+    built = _core._state.built
+    methods = list(_core.methods())
+    default = _policy.default_thresholds(cpu, built)
+    auto_sizes, auto_tsizes = plan_sizes(cpu, quick)
+    sizes = sorted(set(sizes if sizes is not None else auto_sizes))
+    tsizes = sorted(set(thread_sizes if thread_sizes is not None else auto_tsizes))
+    repeat = repeat or (7 if quick else 11)
+    target_s = target_s or (0.001 if quick else 0.002)
+    budget_s = budget_s or (1.0 if quick else 3.0)
+    floor = 0.05 if quick else 0.03
+    counts = thread_counts(cpu.cores) if cpu.cores > 1 else []
+    if not counts:
+        tsizes = []
+
+    cands = [_measure.routine(m) for m in methods]
+    top = max(sizes + tsizes) if sizes or tsizes else 4096
+    total = len(sizes) + len(tsizes)
+    done = 0
+
+    def report(stage: str) -> None:
+        if progress is not None:
+            progress(stage, done, total)
+
+    def cases(buf: _measure.Buffer, size: int, cs: Sequence[_measure.Candidate]
+              ) -> dict[str, dict[str, Any]]:
+        out = {}
+        for sc in _measure.SCENARIOS:
+            if sc == _measure.WARM or _measure.cold_measurable(size, buf.size):
+                out[sc] = _measure.measure_size(buf, size, cs, repeat=repeat,
+                                                target_s=target_s, budget_s=budget_s,
+                                                scenario=sc)
+        return out
+
+    routines: dict[int, dict[str, dict[str, Any]]] = {}
+    threads: dict[int, dict[str, Any]] = {}
+    with _measure.Buffer(max(top, _measure.cold_pool_size(cpu))) as buf:
+        for size in sizes:
+            report("routines at %s" % format_size(size))
+            routines[size] = cases(buf, size, cands)
+            done += 1
+        th = select_routines(cpu, default, routines, methods, floor) if sizes else default
+        if verify:
+            again = [s for s in sizes
+                     if decide(cpu, th, s).method != decide(cpu, default, s).method]
+            for size in again:
+                report("checking %s" % format_size(size))
+                pair = {decide(cpu, th, size).method, decide(cpu, default, size).method}
+                more = cases(buf, size, [_measure.routine(m) for m in pair])
+                for sc, row in more.items():
+                    for name, m in row.items():
+                        routines[size][sc][name].merge(m)
+            if again:
+                th = select_routines(cpu, default, routines, methods, floor)
+
+        for size in tsizes:
+            report("threads at %s" % format_size(size))
+            name = decide(cpu, th, size).method
+            got = _measure.measure_size(
+                buf, size, [_measure.threaded(name, c) for c in counts], repeat=repeat,
+                target_s=target_s, budget_s=budget_s)
+            threads[size] = {str(c): got["%s x%d" % (name, c)] for c in counts}
+            done += 1
+        if tsizes:
+            th = select_threads(cpu, th, threads, counts, floor)
+    report("done")
+    th = explain(cpu, default, th, routines, threads)
+    return Result(default=default, thresholds=th, routines=routines, threads=threads)

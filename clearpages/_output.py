@@ -1,0 +1,206 @@
+"""How the command line prints: tables, progress, JSON, the bench plot."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ._cpu import CPU
+from ._policy import NEVER
+from ._units import format_size
+
+SCENARIOS = ("warm", "cold")
+
+
+def cpu_line(cpu: CPU) -> str:
+    return "%s (%s family %d model %d stepping %d), %d CPU%s for this process" % (
+        cpu.brand or "unknown brand", cpu.vendor, cpu.family, cpu.model, cpu.stepping,
+        cpu.cores, "" if cpu.cores == 1 else "s")
+
+
+def cache_line(cpu: CPU) -> str:
+    return ", ".join("%s %s" % (k, format_size(v) if v else "unknown")
+                     for k, v in (("L1d", cpu.l1d), ("L2", cpu.l2), ("L3", cpu.l3)))
+
+
+def table(rows: Sequence[Sequence[Any]], head: Sequence[str], out: TextIO,
+          right: Sequence[int] = ()) -> None:
+    cells = [[str(c) for c in head]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    for n, r in enumerate(cells):
+        line = "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths)))
+        print(line.rstrip(), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def dump_json(data: Any, path: str, out: TextIO | None = None) -> None:
+    text = json.dumps(data, indent=2) + "\n"
+    if path == "-":
+        (out or sys.stdout).write(text)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def show_value(field: str, value: Any, cores: int) -> str:
+    """A threshold as ``info`` and ``calibrate`` print it."""
+    if field == "max_threads":
+        return "all (%d)" % cores if value == 0 else str(value)
+    if field == "long" and not value:
+        return "(none)"
+    if isinstance(value, int):
+        return "never" if value >= NEVER else format_size(value)
+    return str(value)
+
+
+class Progress:
+    """A bar on stderr when it is a terminal; plain lines otherwise, so CI
+    logs stay readable.  quiet: nothing."""
+
+    def __init__(self, label: str, stream: TextIO | None = None, quiet: bool = False):
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = ""
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.quiet:
+            return
+        if self.tty:
+            width = 30
+            fill = int(width * done / max(total, 1))
+            self.stream.write("\r%s [%s%s] %d/%d %s\x1b[K" % (
+                self.label, "#" * fill, "." * (width - fill), done, total, what))
+            self.stream.flush()
+        elif what != self._last:
+            self.stream.write("%s: %s (%d/%d)\n" % (self.label, what, done, total))
+            self.stream.flush()
+        self._last = what
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+# ---- bench ----------------------------------------------------------------------
+
+
+def _by_size(results: Sequence[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    """{size: {name: {scenario: result}}} in measured order."""
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in results:
+        out.setdefault(r["size"], {}).setdefault(r["name"], {})[r.get("scenario", "warm")] = r
+    return out
+
+
+def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
+    m = data["machine"]
+    print("clearpages bench on %s" % cpu_line(cpu), file=out)
+    print("caches %s; %s; THP %s; %s" % (cache_line(cpu), m["kernel"], m["thp"],
+                                          m["date"]), file=out)
+    print("thresholds: %s" % data["thresholds"]["source"], file=out)
+    print("GB/s = 10^9 bytes/s at the median time of the repeats; x memset = median / "
+          "ctypes.memset's median in the same case.", file=out)
+    print("warm: the same buffer cleared back to back; cold: a different buffer each "
+          "call, walking a %s pool (-: the pool cannot make that size cold)."
+          % format_size(data["settings"].get("cold_pool", 0)), file=out)
+    print("score: the worse of the two ratios to the best candidate of each case "
+          "(what auto is judged by). Routines are called directly; auto = "
+          "clearpages.clear(view).", file=out)
+    rows = []
+    for size, names in _by_size(data["results"]).items():
+        first = True
+        for name, cases in names.items():
+            cell = []
+            for sc in SCENARIOS:
+                r = cases.get(sc)
+                cell.append(("%.2f" % r["gbps_median"], "%.2f" % r["ratio_to_memset"]
+                             if r["ratio_to_memset"] else "n/a") if r else ("-", "-"))
+            any_r = next(iter(cases.values()))
+            note = " ".join(x for x in (
+                "plan" if any_r["plan"] else "",
+                "best-%s" % "/".join(sc for sc in SCENARIOS
+                                     if sc in cases and cases[sc]["best"])
+                if any(c["best"] for c in cases.values()) else "") if x)
+            score = any_r.get("score")
+            rows.append((format_size(size) if first else "", name, cell[0][0], cell[1][0],
+                         cell[0][1], cell[1][1], "%.2f" % score if score is not None else "-",
+                         note))
+            first = False
+    print(file=out)
+    table(rows, ("size", "method", "warm GB/s", "cold GB/s", "warm x memset",
+                 "cold x memset", "score", ""), out, right=(2, 3, 4, 5, 6))
+
+
+def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    present = [sc for sc in SCENARIOS
+               if any(r.get("scenario", "warm") == sc for r in data["results"])]
+    fig, axes = plt.subplots(1, len(present), figsize=(7 * len(present), 5.5),
+                             squeeze=False, sharey=True)
+    sizes = sorted({r["size"] for r in data["results"]})
+    for ax, sc in zip(axes[0], present):
+        by_name: dict[str, list[tuple[int, float, float, float]]] = {}
+        for r in data["results"]:
+            if r.get("scenario", "warm") == sc:
+                by_name.setdefault(r["name"], []).append(
+                    (r["size"], r["gbps_median"], r["gbps_q1"], r["gbps_q3"]))
+        for name, pts in by_name.items():
+            pts.sort()
+            xs = [p[0] for p in pts]
+            style: dict[str, Any] = {}
+            if name == "auto":
+                style = {"linewidth": 2.5, "color": "black"}
+            elif name in ("memset", "numpy.fill", "numpy[...]=0"):
+                style = {"linestyle": "--"}
+            (line,) = ax.plot(xs, [p[1] for p in pts], marker="o", markersize=3, label=name,
+                              **style)
+            ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15,
+                            color=line.get_color(), linewidth=0)
+        lo, hi = sizes[0] / 1.5, sizes[-1] * 1.5
+        for label, size in (("L1d", cpu.l1d), ("L2", cpu.l2), ("L3", cpu.l3)):
+            if size and lo <= size <= hi * 4:
+                hi = max(hi, size * 1.5)
+                ax.axvline(size, color="grey", linestyle=":", linewidth=1)
+                ax.text(size, 1.0, " " + label, transform=ax.get_xaxis_transform(),
+                        va="top", ha="left", fontsize=8, color="grey")
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_locator(LogLocator(base=4))
+        ax.xaxis.set_major_formatter(
+            FuncFormatter(lambda x, _: format_size(x).replace(" ", "")))
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("bytes cleared per call")
+        ax.set_title("%s: %s" % (sc, "the same buffer back to back" if sc == "warm" else
+                                 "a different buffer each call"), fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, ncol=2)
+    axes[0][0].set_ylabel("GB/s (10^9 bytes/s), median; band: IQR")
+    fig.suptitle("clearpages %s: %s, %s, %s" % (
+        version, cpu.brand or cpu.vendor, data["machine"]["kernel"],
+        data["machine"]["date"][:10]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_replay(verdicts: Sequence[Any], label: str, out: TextIO) -> None:
+    """The default policy judged against a profile, one row a size."""
+    print("the default policy replayed against %s" % label, file=out)
+    table([(format_size(v.size), v.choice, "%.2f" % v.score if v.score is not None else "-",
+            v.best, "%.2f" % v.best_score,
+            "%.2f" % v.memset_score if v.memset_score is not None else "-",
+            "ok" if v.ok else "MISSES") for v in verdicts],
+          ("size", "auto", "score", "best static", "score", "memset", "goal"), out,
+          right=(2, 4, 5))

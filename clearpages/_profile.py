@@ -1,0 +1,236 @@
+"""Machine profiles: every routine's speed at every size, warm and cold.
+
+A profile is what ``python -m clearpages bench --profile FILE`` writes: the
+CPU's identity and GB/s for each (size, scenario, routine), the routines
+called directly (no chunking, no Python path of clearpages around them).
+The repository keeps a corpus of them (``profiles/``), one per machine
+measured, and the default policy is *replayed* against each: its thresholds
+come from the profile's CPU, and its choice at each size is judged against
+the measured table.
+
+The judgement is the rule ``calibrate`` also decides by.  A routine's
+*score* at a size is the worse of its two ratios to the best routine of each
+scenario: ``min(warm / best warm, cold / best cold)``.  Only the program
+knows whether its buffers are warm or cold, so a static choice is as good as
+its worse case; the best static choice is the one with the highest score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._cpu import CPU
+from ._policy import Thresholds, decide, default_thresholds
+from ._routines import ALL_METHODS
+from ._units import format_size
+
+SCHEMA = "machine-profile/1"
+
+#: Sizes a profile measures: 4 KiB to 1 GiB, every power of two.
+SIZES: tuple[int, ...] = tuple(1 << b for b in range(12, 31))
+
+#: The goals the replay judges by (SPEC "Performance").
+WITHIN_BEST = 0.9
+"""auto's score at least this fraction of the best static choice's."""
+OVER_MEMSET_NEAR_L3 = 1.2
+"""At 1-4x the L3, auto at least this many times memset, in each scenario."""
+NOISE = 0.05
+"""How far two medians of the same thing differ between runs: the two Zen 3
+profiles, same CPU and method, disagree by 5% and more at a size (and
+routines that are near ties swap places).  A choice within this of the goal
+is within the evidence's noise of it."""
+
+METHOD_TEXT = (
+    "GB/s = 1e9 bytes/s, median of {repeat} interleaved rounds. Each routine is called "
+    "directly (one native call per buffer, no chunking, no Python per-call path) on "
+    "2 MiB-aligned, prefaulted, THP-advised memory. warm: the same buffer cleared back "
+    "to back. cold: a different buffer each call, walking a {pool} pool, so each was "
+    "last touched a whole pool ago (sizes up to a quarter of the pool; above, every "
+    "clear is cold and only warm is recorded).")
+
+Table = Mapping[int, Mapping[str, Mapping[str, float]]]
+"""{size: {scenario: {routine: GB/s}}}"""
+
+
+# ---- judging ------------------------------------------------------------------
+
+
+def scores(cases: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """{routine: worse ratio to the best of each scenario} for the routines
+    measured in every scenario of ``cases`` ({scenario: {routine: GB/s}})."""
+    names = set.intersection(*(set(row) for row in cases.values())) if cases else set()
+    best = {sc: max(row.values()) for sc, row in cases.items()}
+    return {n: min(cases[sc][n] / best[sc] if best[sc] > 0 else 0.0 for sc in cases)
+            for n in sorted(names)}
+
+
+def best_static(cases: Mapping[str, Mapping[str, float]]) -> tuple[str, float]:
+    """(routine, score) of the best static choice at one size."""
+    s = scores(cases)
+    name = max(s, key=lambda n: (s[n], n))
+    return name, s[name]
+
+
+# ---- profiles -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One machine's measured table."""
+
+    name: str
+    cpu: CPU
+    table: Table
+    method: str
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def label(self) -> str:
+        c = self.cpu
+        return "%s (%s family %d model %d), L2 %s, L3 %s, %d CPUs%s" % (
+            c.brand or c.vendor, c.vendor, c.family, c.model, format_size(c.l2),
+            format_size(c.l3), c.cores, ", guest" if "hypervisor" in c.features else "")
+
+
+def cpu_from_identity(ident: Mapping[str, Any]) -> CPU:
+    """The CPU a profile (or calibration file) was recorded on."""
+    return CPU(vendor=str(ident["vendor"]), family=int(ident["family"]),
+               model=int(ident["model"]), stepping=int(ident.get("stepping", 0)),
+               brand=str(ident.get("brand", "")),
+               features=frozenset(str(f) for f in ident["features"]),
+               l1d=int(ident.get("l1d", 0)), l2=int(ident.get("l2", 0)),
+               l3=int(ident.get("l3", 0)), cores=int(ident.get("cores", 1)), is_x86=True)
+
+
+def from_json(data: Mapping[str, Any], name: str = "") -> Profile:
+    """A Profile from its JSON form; ValueError says what is wrong."""
+    if data.get("schema") != SCHEMA:
+        raise ValueError("%s: not a %s file (schema %r)" % (name, SCHEMA, data.get("schema")))
+    try:
+        cpu = cpu_from_identity(data["cpu"])
+        table: dict[int, dict[str, dict[str, float]]] = {}
+        for row in data["results"]:
+            size, sc = int(row["size"]), str(row["scenario"])
+            gbps = {str(k): float(v) for k, v in row["gbps"].items()}
+            unknown = set(gbps) - set(ALL_METHODS)
+            if unknown or sc not in ("warm", "cold") or size < 1 or not gbps:
+                raise ValueError("bad row %r" % (row,))
+            table.setdefault(size, {})[sc] = gbps
+        method = str(data["method"])
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError("%s: malformed profile: %s" % (name, e)) from None
+    return Profile(name=name, cpu=cpu, table=table, method=method, data=data)
+
+
+def load(path: str | Path) -> Profile:
+    p = Path(path)
+    with open(p) as f:
+        return from_json(json.load(f), p.stem)
+
+
+def to_json(cpu_ident: Mapping[str, Any], table: Table, method: str,
+            extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"schema": SCHEMA, "cpu": dict(cpu_ident)}
+    out.update(extra or {})
+    out["method"] = method
+    out["results"] = [{"size": size, "scenario": sc,
+                       "gbps": {k: round(v, 2) for k, v in table[size][sc].items()}}
+                      for size in sorted(table) for sc in ("warm", "cold")
+                      if sc in table[size]]
+    return out
+
+
+# ---- replay -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The default policy's choice at one size of a profile, judged."""
+
+    size: int
+    choice: str
+    score: float | None
+    """None: the profile did not measure the chosen routine."""
+    best: str
+    best_score: float
+    memset_score: float | None
+    near_l3_ratio: float | None
+    """At 1-4x the L3: the choice's GB/s over memset's, the worse scenario."""
+
+    @property
+    def ok(self) -> bool:
+        if self.score is None:
+            return True
+        slack = 1 - NOISE
+        if self.score < WITHIN_BEST * self.best_score * slack:
+            return False
+        if self.memset_score is not None and self.score < self.memset_score * slack:
+            return False
+        return self.near_l3_ratio is None or self.near_l3_ratio >= OVER_MEMSET_NEAR_L3 * slack
+
+    def why(self) -> str:
+        if self.score is None:
+            return "%s not measured in this profile" % self.choice
+        parts = ["%s scores %.2f, best %s %.2f" % (self.choice, self.score, self.best,
+                                                   self.best_score)]
+        if self.memset_score is not None:
+            parts.append("memset %.2f" % self.memset_score)
+        if self.near_l3_ratio is not None:
+            parts.append("%.2fx memset near the L3" % self.near_l3_ratio)
+        return ", ".join(parts)
+
+
+def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None
+           ) -> list[Verdict]:
+    """Judge a policy (default: the default thresholds of the profile's CPU,
+    every routine built) at every size of the profile."""
+    cpu = profile.cpu
+    th = policy(cpu) if policy else default_thresholds(cpu, frozenset(ALL_METHODS))
+    out = []
+    for size in sorted(profile.table):
+        cases = profile.table[size]
+        choice = decide(cpu, th, size).method
+        s = scores(cases)
+        best, best_score = best_static(cases)
+        near = None
+        if cpu.l3 and cpu.l3 <= size <= 4 * cpu.l3 and choice in s and "libc" in s:
+            near = min(cases[sc][choice] / cases[sc]["libc"] for sc in cases)
+        out.append(Verdict(size=size, choice=choice, score=s.get(choice), best=best,
+                           best_score=best_score, memset_score=s.get("libc"),
+                           near_l3_ratio=near))
+    return out
+
+
+def corpus(directory: str | Path) -> list[Profile]:
+    """Every profile in a directory, by file name."""
+    return [load(p) for p in sorted(Path(directory).glob("*.json"))]
+
+
+# ---- recording ----------------------------------------------------------------
+
+
+def record(sizes: Sequence[int] = SIZES, names: Sequence[str] | None = None, *,
+           repeat: int = 7, target_s: float = 0.002, budget_s: float = 3.0,
+           progress: Callable[[int, int, int], None] | None = None) -> dict[str, Any]:
+    """Measure this machine: the JSON form of its profile."""
+    from . import _calibration, _core, _measure
+
+    names = list(names) if names is not None else list(_core.methods())
+    cands = [_measure.routine(n) for n in names]
+    rows = _measure.measure(sorted(set(sizes)), cands, repeat=repeat, target_s=target_s,
+                            budget_s=budget_s, progress=progress)
+    table = {size: {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
+             for size, cases in zip(sorted(set(sizes)), rows)}
+    cpu = _core.cpu()
+    pool = _measure.cold_pool_size(cpu)
+    extra = {"kernel": "%s %s" % (platform.system(), platform.release()),
+             "recorded": datetime.date.today().isoformat()}
+    return to_json(_calibration.identity(cpu), table,
+                   METHOD_TEXT.format(repeat=repeat, pool=format_size(pool)), extra)
+

@@ -1,0 +1,180 @@
+"""What the command line shows, as data: ``info``, ``bench`` and machine
+profiles.  ``__main__`` parses arguments and prints; ``_output`` renders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _adapt, _calibrate, _calibration, _core, _cpu, _measure, _profile, _system
+from ._routines import ROUTINES
+from ._units import format_size
+
+#: What each feature is for, as `info` shows it.
+FEATURE_USE = {
+    "erms": "enhanced rep movsb/stosb: rep_stosb is fast",
+    "fsrm": "fast short rep movsb",
+    "fzrm": "fast zero-length rep movsb",
+    "fsrs": "fast short rep stosb",
+    "fsrc": "fast short rep cmpsb/scasb",
+    "avx2": "avx2_nt (32-byte streaming stores)",
+    "avx512f": "avx512_nt (64-byte streaming stores)",
+    "clflushopt": "optimized cache-line flush",
+    "movdir64b": "64-byte direct stores",
+    "clzero": "clzero (AMD: zero a cache line without reading it)",
+    "osxsave": "the OS manages vector state (XGETBV is legal)",
+    "sse2": "movnti (8-byte streaming stores)",
+    "hypervisor": "running under a hypervisor (guest cache sizes may be the host's)",
+}
+
+#: Reasons for the defaults the policy states without one.
+DEFAULT_WHY = {
+    "thread_min": "default: below it a second thread costs more (start-up, a cold core) "
+                  "than it gains",
+    "max_threads": "default: every CPU this process may run on",
+    "chunk": "Linux clears huge pages in 32 MiB chunks between reschedules",
+}
+
+#: The thresholds ``info`` and ``bench`` report.
+SHOWN = _calibration.FIELDS + ("chunk",)
+
+QUICK_SIZES = ("4K", "64K", "1M", "32M", "256M")
+FULL_SIZES = ("4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G")
+
+
+def machine() -> dict[str, Any]:
+    """Who measured: CPU identity, kernel, versions, date (for JSON and headers)."""
+    return _system.machine(_calibration.identity(_core.cpu()))
+
+
+def feature_status(name: str) -> str:
+    st = _core._state
+    if name in st.cpu.features:
+        return "present"
+    if name in st.cpu.disabled:
+        return "disabled by CLEARPAGES_DISABLE"
+    if name in st.raw_cpu.os_disabled:
+        return "not enabled by the OS (XCR0)"
+    return "missing"
+
+
+def threshold_why(th: Any, key: str) -> str:
+    why: str = th.reason(key)
+    if why == "default" or key == "chunk":
+        why = DEFAULT_WHY.get(key, why)
+    return why
+
+
+def info_data() -> dict[str, Any]:
+    st = _core._state
+    cpu = st.cpu
+    th = st.thresholds
+    cal = st.calibration
+    setting = st.config.calibration
+    looked = _calibration.resolve(cpu, setting)
+    from . import _native
+
+    return {
+        "machine": machine(),
+        "cpu": {
+            "vendor": cpu.vendor, "brand": cpu.brand, "family": cpu.family,
+            "model": cpu.model, "stepping": cpu.stepping, "cores": cpu.cores,
+            "x86": cpu.is_x86, "notes": list(cpu.notes),
+        },
+        "caches": {"l1d": cpu.l1d, "l2": cpu.l2, "l3": cpu.l3,
+                   "l3_sharing": cpu.l3_sharing},
+        "features": {n: feature_status(n) for n in _cpu.FEATURE_NAMES},
+        "methods": [{"name": r.name, "usable": r.name in st.methods,
+                     "kind": "temporal" if r.temporal else "streaming",
+                     "summary": r.summary, "why_not": st.missing(r.name)}
+                    for r in ROUTINES],
+        "thresholds": {
+            "source": th.source,
+            "values": {k: getattr(th, k) for k in SHOWN},
+            "why": {k: threshold_why(th, k) for k in SHOWN},
+        },
+        "rule": _calibrate.RULE,
+        "calibration": {
+            "setting": setting,
+            "in_use": str(cal.path) if cal is not None else None,
+            "looked_for": str(looked) if looked is not None else None,
+        },
+        "environment": dict(st.config.raw),
+        "forced_method": st.forced,
+        "adaptive": _adapt.info(th, st.adapt_on, st.forced),
+        "build": {"portable": st.built <= {"libc"}, "routines": sorted(st.built),
+                  "extension": getattr(_native, "__file__", None)},
+    }
+
+
+def cap_sizes(sizes: Sequence[int]) -> list[int]:
+    """The sizes this machine's free memory can measure (at least the smallest)."""
+    cap = _system.measurement_cap()
+    return [s for s in sizes if s <= cap] or list(sizes[:1])
+
+
+def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
+               repeat: int = 7, target_s: float = 0.002, budget_s: float = 3.0,
+               scenarios: Sequence[str] = _measure.SCENARIOS,
+               progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+    """Measure; the dict that ``bench --json`` writes (also the table and plot).
+
+    Each result is one candidate at one size in one scenario; ``best`` marks
+    the fastest candidate of its (size, scenario), ``plan`` the routine auto
+    plans, ``score`` the candidate's worse ratio to the best over the
+    scenarios measured at that size (the rule calibrate decides by)."""
+    if names is None:
+        names = list(_measure.known_names())
+    else:
+        names = list(dict.fromkeys(names))
+        if _measure.MEMSET not in names:
+            names.append(_measure.MEMSET)       # the reference for the ratio
+    cands = _measure.candidates(names)
+
+    def tick(done: int, total: int, size: int) -> None:
+        if progress is not None:
+            progress(done, total, format_size(size))
+
+    sizes = sorted(set(sizes))
+    rows = _measure.measure(sizes, cands, repeat=repeat, target_s=target_s,
+                            budget_s=budget_s, scenarios=scenarios, progress=tick)
+    results = []
+    for size, cases in zip(sizes, rows):
+        planned = _core.plan(size, threads=1).method
+        medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
+        score = _profile.scores(medians)
+        for row in cases.values():
+            best = max(row.values(), key=lambda m: m.median).name
+            ref = row[_measure.MEMSET].median
+            for m in row.values():
+                d = m.to_json()
+                d["ratio_to_memset"] = m.median / ref if ref else None
+                d["plan"] = m.name == planned
+                d["best"] = m.name == best
+                d["score"] = score.get(m.name)
+                results.append(d)
+    th = _core.thresholds()
+    return {
+        "machine": machine(),
+        "thresholds": {"source": th.source,
+                       "values": {k: getattr(th, k) for k in _calibration.FIELDS}},
+        "rule": _calibrate.RULE,
+        "settings": {"repeat": repeat, "target_s": target_s, "budget_s": budget_s,
+                     "sizes": sizes, "names": names, "scenarios": list(scenarios),
+                     "cold_pool": _measure.cold_pool_size()},
+        "results": results,
+    }
+
+
+def profile_data(sizes: Sequence[int] | None = None, *, repeat: int = 7,
+                 target_s: float = 0.002, budget_s: float = 3.0,
+                 progress: Callable[[int, int, str], None] | None = None
+                 ) -> dict[str, Any]:
+    """This machine's profile (``bench --profile``): every routine, called
+    directly, warm and cold, at ``sizes`` (default ``_profile.SIZES``)."""
+    def tick(done: int, total: int, size: int) -> None:
+        if progress is not None:
+            progress(done, total, format_size(size))
+
+    return _profile.record(cap_sizes(sorted(set(sizes or _profile.SIZES))), repeat=repeat,
+                           target_s=target_s, budget_s=budget_s, progress=tick)

@@ -1,0 +1,87 @@
+"""The default policy replayed against every machine profile in profiles/.
+
+Each profile holds one machine's measured GB/s (size x warm/cold x routine,
+routines called directly).  The default thresholds are computed from the
+profile's CPU, as they would be on that machine, and the choice at each size
+is judged by its worse case (_profile.scores): within 10% of the best static
+choice, never below memset, and at 1-4x the L3 at least 1.2x memset; at
+1 GiB at least 0.95 of memset.  Every judgement allows the run-to-run noise
+of a median (_profile.NOISE).  No timing happens here: the test fails only
+when the policy or a profile changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import clearpages as cp
+from clearpages import _policy, _profile
+
+GiB = 1 << 30
+CORPUS = Path(__file__).resolve().parents[1] / "profiles"
+PROFILES = _profile.corpus(CORPUS)
+
+
+def test_the_corpus_is_there():
+    assert len(PROFILES) >= 3
+    vendors = {p.cpu.vendor for p in PROFILES}
+    assert {"AuthenticAMD", "GenuineIntel"} <= vendors
+    for p in PROFILES:
+        assert p.method and p.cpu.l2 and p.table, p.name
+        both = [s for s, cases in p.table.items() if set(cases) == {"warm", "cold"}]
+        assert both, "%s: no size measured warm and cold" % p.name
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
+def test_default_policy_replays(profile):
+    verdicts = _profile.replay(profile)
+    misses = ["%s: %s" % (_policy.format_size(v.size), v.why()) for v in verdicts if not v.ok]
+    assert not misses, "%s (%s):\n%s" % (profile.name, profile.label, "\n".join(misses))
+    judged = [v for v in verdicts if v.score is not None]
+    assert len(judged) >= len(verdicts) // 2, "the profile measures few of auto's choices"
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
+def test_one_gib_at_least_near_memset(profile):
+    row = profile.table.get(GiB)
+    if row is None:
+        pytest.skip("%s does not measure 1 GiB" % profile.name)
+    choice = _policy.decide(profile.cpu, _policy.default_thresholds(
+        profile.cpu, frozenset(cp.ALL_METHODS)), GiB).method
+    for sc, gbps in row.items():
+        assert gbps[choice] >= 0.95 * gbps["libc"] * (1 - _profile.NOISE), (sc, choice)
+
+
+def test_the_replay_has_teeth():
+    """The 0.1.0 rules (stream from 3/4 of the L3, or 4x the L2 in a guest)
+    fail the replay: it can tell a policy tuned to one case from a good one."""
+    def old(cpu):
+        th = _policy.default_thresholds(cpu, frozenset(cp.ALL_METHODS))
+        return dataclasses.replace(th, nt_min=4 * cpu.l2, long="", long_min=_policy.NEVER)
+    failed = [p.name for p in PROFILES if not all(v.ok for v in _profile.replay(p, old))]
+    assert failed, "the 0.1.0 guest rule passes every profile"
+
+
+def test_scores_are_the_worse_ratio():
+    cases = {"warm": {"a": 40.0, "b": 20.0}, "cold": {"a": 10.0, "b": 30.0}}
+    assert _profile.scores(cases) == {"a": pytest.approx(1 / 3), "b": pytest.approx(0.5)}
+    assert _profile.best_static(cases) == ("b", pytest.approx(0.5))
+    # A routine missing from one case is not scored.
+    assert _profile.scores({"warm": {"a": 1.0, "b": 2.0}, "cold": {"a": 1.0}}) == {"a": 0.5}
+
+
+def test_bad_profiles_are_refused(tmp_path):
+    good = (CORPUS / "amd-epyc-zen3-kvm.json").read_text()
+    import json
+
+    data = json.loads(good)
+    for change in ({"schema": "other"}, {"results": [{"size": 1, "scenario": "hot",
+                                                     "gbps": {"libc": 1.0}}]},
+                   {"results": [{"size": 1, "scenario": "warm", "gbps": {"nope": 1.0}}]},
+                   {"cpu": {}}):
+        bad = dict(data, **change)
+        with pytest.raises(ValueError):
+            _profile.from_json(bad, "bad")
