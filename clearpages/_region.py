@@ -322,7 +322,8 @@ class Region:
 
     def _check_open(self) -> None:
         if self._array is None:
-            raise ValueError("the Region is closed")
+            lost = getattr(self, "_lost", None)
+            raise ValueError("the Region is closed" + (": " + lost if lost else ""))
 
     def _exports(self) -> int:
         """How many views (memoryviews, numpy arrays, native calls) hold the
@@ -404,7 +405,7 @@ class Region:
         try:
             for off in range(0, size, _POPULATE_SLICE):
                 n = min(_POPULATE_SLICE, size - off)
-                err = lib.cp_region_populate(address + off, n, self._page)
+                err = lib.cp_region_populate(address + off, n, self._page, self._kind)
                 if err:
                     if self._kind == lib.CP_REGION_HUGETLB:
                         raise _hugetlb_error(size, self._page, err)
@@ -458,25 +459,59 @@ class Region:
         # at a time, so hugetlb regions move page by page (each a PUD entry).
         return self._page if self._kind == lib.CP_REGION_HUGETLB else 0
 
-    def _relocate(self, what: str, call: Any) -> int:
-        """Run call(address, size, out) -> (new size, errno) with the memory
-        released from the array; re-adopt the old mapping if it fails."""
+    def _relocate(self, what: str, call: Any, new_size: int | None = None) -> int:
+        """Run call(address, size, out) -> errno (the region is new_size
+        bytes, default its size, at out[0] after it) with the memory
+        released from the array and own what it leaves: the new mapping, or
+        the old one after a failure.  A move that could not put the memory
+        back (CP_REGION_LOST) leaves the Region closed and raises.  An
+        exception raised between the native call's return and here (a
+        signal handler) is survived the same way: the call's outcome is
+        read back from C, so the Region never re-adopts a range it does not
+        own."""
         self._settle()
         with self._lock:
             self._check_open()
             self._check_no_exports(what)
-            address, size = self._release()
-            out = ffi.new("uintptr_t *")
+            address, size = self._address, self._size
+            calls, err_c, new_c = ffi.new("uint64_t *"), ffi.new("int *"), ffi.new("uintptr_t *")
+            lib.cp_region_last(calls, err_c, new_c)
+            before = calls[0]
+            if new_size is None:
+                new_size = size
             try:
-                new_size, err = call(address, size, out)
+                self._release()
+                out = ffi.new("uintptr_t *")
+                err = call(address, size, out)
             except BaseException:
-                self._adopt(address, size)
+                lib.cp_region_last(calls, err_c, new_c)
+                if calls[0] == before:      # the native call never ran
+                    self._own(address, size)
+                else:
+                    self._outcome(what, address, size, new_size, err_c[0], new_c[0])
                 raise
-            if err:
-                self._adopt(address, size)
-                return int(err)
-            self._adopt(out[0], new_size)
-            return 0
+            return self._outcome(what, address, size, new_size, int(err), int(out[0]))
+
+    def _own(self, address: int, size: int) -> None:
+        if self._array is not None:     # interrupted inside _release
+            self._release()
+        self._adopt(address, size)
+
+    def _outcome(self, what: str, address: int, size: int, new_size: int, err: int,
+                 new_address: int) -> int:
+        if err & lib.CP_REGION_LOST:
+            if self._array is not None:
+                self._release()
+            err &= ~lib.CP_REGION_LOST
+            self._lost = ("a failed %s could not put its memory back (%s): another "
+                          "mapping took part of its old address range meanwhile, so the "
+                          "memory was unmapped" % (what, os.strerror(err)))
+            raise OSError(err, "the Region is closed: %s" % self._lost)
+        if err:
+            self._own(address, size)
+            return err
+        self._own(new_address, new_size)
+        return 0
 
     def resize(self, new_size: int) -> None:
         """Grow or shrink to new_size (rounded up to whole pages).
@@ -494,11 +529,11 @@ class Region:
             raise ValueError("new_size rounds up to more than the address space")
         kind, shift = self._kind, self._page.bit_length() - 1
 
-        def call(address: int, size: int, out: Any) -> tuple[int, int]:
-            return new_size, lib.cp_region_resize(address, size, new_size, kind, shift,
-                                                  CONGRUENCE, out)
+        def call(address: int, size: int, out: Any) -> int:
+            return int(lib.cp_region_resize(address, size, new_size, kind, shift,
+                                            CONGRUENCE, out))
 
-        err = self._relocate("resize", call)
+        err = self._relocate("resize", call, new_size)
         if err:
             if kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
                 raise _hugetlb_error(new_size - self._size, self._page, err,
@@ -532,9 +567,9 @@ class Region:
                              % (self._page_name, alignment))
         piece = self._piece()
 
-        def call(address: int, size: int, out: Any) -> tuple[int, int]:
-            return size, lib.cp_region_move_congruent(address, size, piece, CONGRUENCE,
-                                                      residue, out)
+        def call(address: int, size: int, out: Any) -> int:
+            return int(lib.cp_region_move_congruent(address, size, piece, CONGRUENCE,
+                                                    residue, out))
 
         err = self._relocate("move", call)
         if err:
@@ -562,9 +597,9 @@ class Region:
                                              self._address + self._size))
         piece = self._piece()
 
-        def call(address: int, size: int, out: Any) -> tuple[int, int]:
+        def call(address: int, size: int, out: Any) -> int:
             out[0] = dst
-            return size, lib.cp_region_move_to(address, size, piece, dst)
+            return int(lib.cp_region_move_to(address, size, piece, dst))
 
         err = self._relocate("move", call)
         if err == errno.EEXIST:

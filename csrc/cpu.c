@@ -86,10 +86,20 @@ size_t cp_cpuid_dump(struct cp_cpuid_leaf *out, size_t cap)
     put(out, cap, &n, 0x80000000u, 0);
     for (uint32_t leaf = 0x80000002u; leaf <= 0x80000004u && leaf <= max_ext; leaf++)
         put(out, cap, &n, leaf, 0);
+    if (max_ext >= 0x80000001u)
+        put(out, cap, &n, 0x80000001u, 0);
+    for (uint32_t leaf = 0x80000005u; leaf <= 0x80000006u && leaf <= max_ext; leaf++)
+        put(out, cap, &n, leaf, 0);
     if (max_ext >= 0x80000008u)
         put(out, cap, &n, 0x80000008u, 0);
-    if (max_ext >= 0x8000001Du)
-        put_cache_walk(out, cap, &n, 0x8000001Du);
+    /* 0x8000001D exists only with TOPOEXT (0x80000001 ECX[22]); before
+     * that (and in some hypervisors' CPUID) it may hold anything. */
+    if (max_ext >= 0x8000001Du) {
+        unsigned int a, b, c, d;
+        __cpuid(0x80000001u, a, b, c, d);
+        if ((c >> 22) & 1)
+            put_cache_walk(out, cap, &n, 0x8000001Du);
+    }
 #else
     (void)out;
     (void)cap;
@@ -167,6 +177,21 @@ static void decode_caches(const struct cp_cpuid_leaf *leaves, size_t n,
     }
 }
 
+/* AMD's leaves before TOPOEXT: 0x80000005 ECX[31:24] L1d KiB, 0x80000006
+ * ECX[31:16] L2 KiB, EDX[31:18] L3 in 512 KiB units. */
+static void decode_legacy_amd_caches(const struct cp_cpuid_leaf *leaves, size_t n,
+                                     struct cp_cpu_info *out)
+{
+    const struct cp_cpuid_leaf *l5 = find(leaves, n, 0x80000005u, 0);
+    const struct cp_cpuid_leaf *l6 = find(leaves, n, 0x80000006u, 0);
+    if (l5)
+        out->l1d = (uint64_t)(l5->ecx >> 24) << 10;
+    if (l6) {
+        out->l2 = (uint64_t)(l6->ecx >> 16) << 10;
+        out->l3 = (uint64_t)(l6->edx >> 18) * (512u << 10);
+    }
+}
+
 void cp_cpu_decode(const struct cp_cpuid_leaf *leaves, size_t n,
                    uint64_t xcr0, struct cp_cpu_info *out)
 {
@@ -241,9 +266,16 @@ void cp_cpu_decode(const struct cp_cpuid_leaf *leaves, size_t n,
         out->brand[48] = '\0';
     }
 
-    /* AMD (and Hygon) describe caches in 0x8000001D, Intel in leaf 4. */
+    /* AMD (and Hygon) describe caches in 0x8000001D, Intel in leaf 4.  On
+     * AMD that leaf is read only with TOPOEXT (0x80000001 ECX[22]); without
+     * it the legacy leaves 0x80000005/6 give the sizes (not the sharing). */
     int amd = !strcmp(out->vendor, "AuthenticAMD") || !strcmp(out->vendor, "HygonGenuine");
-    decode_caches(leaves, n, amd ? 0x8000001Du : 4, out);
+    if (!amd)
+        decode_caches(leaves, n, 4, out);
+    else if (bit(find(leaves, n, 0x80000001u, 0), 'c', 22))
+        decode_caches(leaves, n, 0x8000001Du, out);
+    else
+        decode_legacy_amd_caches(leaves, n, out);
 }
 
 void cp_cpu_probe(struct cp_cpu_info *out)

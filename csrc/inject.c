@@ -11,25 +11,34 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-static atomic_int armed_site;
-static atomic_long countdown;
-static atomic_long fired;
-static atomic_int error;
+enum { SITES = 16 };
+
+static atomic_int armed;                /* any site armed at all */
+static atomic_long countdown[SITES];
+static atomic_long fired[SITES];
+static atomic_int error[SITES];
 static atomic_uintptr_t squat;
 
 void cp_inject_arm(int site, long nth, int err)
 {
-    atomic_store(&armed_site, CP_INJECT_NONE);
-    atomic_store(&countdown, nth);
-    atomic_store(&fired, 0);
-    atomic_store(&error, err);
-    atomic_store(&squat, 0);
-    atomic_store(&armed_site, site);
+    if (site <= CP_INJECT_NONE || site >= SITES) {
+        atomic_store(&armed, 0);
+        for (int i = 0; i < SITES; i++) {
+            atomic_store(&countdown[i], 0);
+            atomic_store(&fired[i], 0);
+        }
+        atomic_store(&squat, 0);
+        return;
+    }
+    atomic_store(&fired[site], 0);
+    atomic_store(&error[site], err);
+    atomic_store(&countdown[site], nth);
+    atomic_store(&armed, 1);
 }
 
-long cp_inject_fired(void)
+long cp_inject_fired(int site)
 {
-    return atomic_load(&fired);
+    return site > CP_INJECT_NONE && site < SITES ? atomic_load(&fired[site]) : 0;
 }
 
 uintptr_t cp_inject_squat(void)
@@ -39,12 +48,14 @@ uintptr_t cp_inject_squat(void)
 
 int cp_inject_hit(int site)
 {
-    if (__builtin_expect(atomic_load_explicit(&armed_site, memory_order_relaxed) != site, 1))
+    if (__builtin_expect(!atomic_load_explicit(&armed, memory_order_relaxed), 1))
         return 0;
-    if (atomic_fetch_sub(&countdown, 1) != 1)
+    if (site <= CP_INJECT_NONE || site >= SITES)
         return 0;
-    atomic_fetch_add(&fired, 1);
-    return atomic_load(&error);
+    if (atomic_load(&countdown[site]) <= 0 || atomic_fetch_sub(&countdown[site], 1) != 1)
+        return 0;
+    atomic_fetch_add(&fired[site], 1);
+    return atomic_load(&error[site]);
 }
 
 void cp_inject_do_squat(uintptr_t addr)

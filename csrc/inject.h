@@ -4,7 +4,7 @@
  *
  * Off unless a test arms it; the cost when off is one relaxed atomic load
  * on paths that already make a system call (thread start, mmap, mremap).
- * Only one site is armed at a time (process-wide).
+ * Process-wide; each site fires once per arming.
  */
 #ifndef CLEARPAGES_INJECT_H
 #define CLEARPAGES_INJECT_H
@@ -29,10 +29,10 @@ enum {
 };
 
 /* Arm site: its nth pass from now (1 = the next) fails with error err
- * (an errno value).  arm(CP_INJECT_NONE, 0, 0) disarms. */
+ * (an errno value).  arm(CP_INJECT_NONE, 0, 0) disarms every site. */
 void cp_inject_arm(int site, long nth, int err);
-/* How many times the armed site has fired since it was armed. */
-long cp_inject_fired(void);
+/* How many times site has fired since it was armed (0 or 1). */
+long cp_inject_fired(int site);
 /* The foreign mapping a SQUAT site made (address, 0 if none): one 4 KiB
  * page filled with 0x5A, left mapped for the test to check and unmap. */
 uintptr_t cp_inject_squat(void);

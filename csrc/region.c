@@ -6,12 +6,24 @@
  * Every destination is first reserved by us, so a MAP_FIXED or
  * MREMAP_FIXED only ever replaces our own reservation, never someone
  * else's mapping.
+ *
+ * The GIL is released around these calls, so other threads map and unmap
+ * meanwhile: any range we unmap (a hole a move leaves, a reservation a
+ * failed MAP_FIXED or MREMAP_FIXED may have removed) can be taken at once.
+ * The rule: unmap only what we know we still own.  A range whose state a
+ * failed system call left unknown is left alone (at worst a PROT_NONE
+ * reservation stays behind: address space, no memory), and a range we need
+ * back is taken with MAP_FIXED_NOREPLACE, which fails where someone else
+ * got there first.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include "inject.h"
 #include "region.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -25,6 +37,9 @@
 #endif
 #ifndef MREMAP_FIXED
 #define MREMAP_FIXED 2
+#endif
+#ifndef MADV_DONTFORK
+#define MADV_DONTFORK 10
 #endif
 
 /* Another thread may map into a hole we opened for an instant; try again. */
@@ -83,6 +98,18 @@ static int map_exactly(uintptr_t want, size_t size, int kind, int huge_shift)
     return mmap_at(want, size, PROT_READ | PROT_WRITE, map_flags(kind, huge_shift));
 }
 
+/* A forked child does not inherit hugetlb regions (MADV_DONTFORK).  A
+ * private hugetlb page shared copy-on-write with a child needs a second
+ * page from the pool on the next write by either process, and where the
+ * pool is empty that write dies of SIGBUS (the child's, or ours).  Not
+ * MADV_WIPEONFORK: it is refused for hugetlb mappings, and a child that
+ * touched a zeroed copy would take pool pages all the same.  Best effort:
+ * a kernel that refuses it still has a working region. */
+static void dontfork(uintptr_t addr, size_t size)
+{
+    madvise((void *)addr, size, MADV_DONTFORK);
+}
+
 int cp_region_advise_huge(uintptr_t addr, size_t size)
 {
     /* EINVAL: a kernel without THP.  The region still works, with base
@@ -118,6 +145,8 @@ int cp_region_map(size_t size, size_t align, int kind, int huge_shift,
                 unmap(a, size);
                 return err;
             }
+            if (kind == CP_REGION_HUGETLB)
+                dontfork(a, size);
             *out = a;
         }
     }
@@ -129,15 +158,43 @@ int cp_region_unmap(uintptr_t addr, size_t size)
     return munmap((void *)addr, size) == 0 ? 0 : errno;
 }
 
-int cp_region_populate(uintptr_t addr, size_t size, size_t page_size)
+/* Before 5.14 (no MADV_POPULATE_WRITE): fault each page in by reading it
+ * through /proc/self/mem.  The kernel's page-table walker takes the faults,
+ * so a hugetlb page that cannot be had is an error (EFAULT/ENOMEM), never a
+ * SIGBUS; a private page faulted in by a read is exclusively ours, so the
+ * first write to it allocates nothing. */
+static int populate_by_reading(uintptr_t addr, size_t size, size_t step)
 {
-    if (madvise((void *)addr, size, MADV_POPULATE_WRITE) == 0)
-        return 0;
-    if (errno != EINVAL)
+    int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return errno;
-    /* Before 5.14: a write fault per page that leaves the contents as
-     * they were. */
-    for (size_t off = 0; off < size; off += page_size)
+    int err = 0;
+    for (size_t off = 0; off < size && !err; off += step) {
+        char byte;
+        ssize_t got = pread(fd, &byte, 1, (off_t)(addr + off));
+        if (got != 1)
+            err = got < 0 ? errno : EFAULT;
+    }
+    close(fd);
+    return err;
+}
+
+int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind)
+{
+    int err = cp_inject_hit(CP_INJECT_POPULATE);
+    if (!err && madvise((void *)addr, size, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    if (!err)
+        err = errno;
+    if (err != EINVAL)
+        return err;
+    if (kind == CP_REGION_HUGETLB)
+        return populate_by_reading(addr, size, page_size);
+    /* A write fault per base page that leaves the contents as they were.
+     * By 4 KiB even in a THP region: where the kernel refuses a huge page
+     * (fragmentation, khugepaged settings) a 2 MiB step would touch one base
+     * page in 512. */
+    for (size_t off = 0; off < size; off += 4096)
         __atomic_fetch_add((char *)(addr + off), 0, __ATOMIC_RELAXED);
     return 0;
 }
@@ -159,28 +216,71 @@ static int remap(uintptr_t from, size_t old_len, size_t new_len, uintptr_t to)
     return p == MAP_FAILED ? errno : 0;
 }
 
-/* Move [addr, addr + size) onto our reservation at dst. */
+/* mremap, or the injected failure of it.  *tried: the system call was made
+ * (a failed MREMAP_FIXED may have unmapped its destination already). */
+static int remap_step(int site, uintptr_t from, size_t len, uintptr_t to, int *tried)
+{
+    int err = cp_inject_hit(site);
+    *tried = !err;
+    return err ? err : remap(from, len, len, to);
+}
+
+/* Move [addr, addr + size) onto our reservation [dst, dst + size).
+ *
+ * 0: the region is at dst.  On failure [dst, dst + size) is given up (what
+ * of it is still ours is unmapped) and either the region is back at addr
+ * (an errno value), or it could not all come back, because a piece's old
+ * place was taken by another mapping while it was away or moving it back
+ * failed: then everything of it still ours is unmapped, nothing at addr is
+ * ours any more, and the result is errno | CP_REGION_LOST. */
 static int move_range(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
 {
     size_t off;
-    int err = 0;
+    int err = 0, tried;
 
-    if (piece == 0 || piece >= size)
-        return remap(addr, size, size, dst);
+    if (piece == 0 || piece >= size) {
+        err = remap_step(CP_INJECT_MOVE_PIECE, addr, size, dst, &tried);
+        if (err && !tried)
+            unmap(dst, size);
+        return err;
+    }
     for (off = 0; off < size; off += piece)
-        if ((err = remap(addr + off, piece, piece, dst + off)) != 0)
+        if ((err = remap_step(CP_INJECT_MOVE_PIECE, addr + off, piece, dst + off, &tried)) != 0)
             break;
-    if (err) {
-        /* Put back what moved: the holes it left are where it came from. */
-        while (off > 0) {
-            off -= piece;
-            remap(dst + off, piece, piece, addr + off);
+    if (!err)
+        return 0;
+    /* The failed piece's slot at dst: unknown if mremap ran, else ours. */
+    if (off + piece < size)
+        unmap(dst + off + piece, size - off - piece);
+    if (!tried)
+        unmap(dst + off, piece);
+    /* Put back what moved, last first.  Each old place is a hole that
+     * another thread may have mapped into: take it back with
+     * MAP_FIXED_NOREPLACE first, and MREMAP_FIXED only onto that. */
+    while (off > 0) {
+        off -= piece;
+        if (cp_inject_hit(CP_INJECT_SQUAT_SOURCE))
+            cp_inject_do_squat(addr + off);
+        int back = cp_region_reserve_at(addr + off, piece);
+        if (back == 0) {
+            back = remap_step(CP_INJECT_ROLLBACK, dst + off, piece, addr + off, &tried);
+            if (back && !tried)
+                unmap(addr + off, piece);
+        }
+        if (back) {
+            /* Pieces [0, off] are still at dst and ours; [off + piece, size)
+             * is back (or never left) at addr and ours.  The old place of
+             * piece off, and the slots at dst of the pieces that came back,
+             * are not ours. */
+            unmap(dst, off + piece);
+            unmap(addr + off + piece, size - off - piece);
+            return err | CP_REGION_LOST;
         }
     }
     return err;
 }
 
-int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
+static int move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
 {
     int err;
 
@@ -188,9 +288,7 @@ int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
         return EINVAL;          /* overlapping: mremap would refuse too */
     if ((err = cp_region_reserve_at(dst, size)) != 0)
         return err;
-    if ((err = move_range(addr, size, piece, dst)) != 0)
-        unmap(dst, size);
-    return err;
+    return move_range(addr, size, piece, dst);
 }
 
 /* First address >= r with address % modulus == residue. */
@@ -199,8 +297,8 @@ static uintptr_t congruent(uintptr_t r, size_t modulus, size_t residue)
     return r + (residue + modulus - r % modulus) % modulus;
 }
 
-int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
-                             size_t modulus, size_t residue, uintptr_t *out)
+static int move_congruent(uintptr_t addr, size_t size, size_t piece,
+                          size_t modulus, size_t residue, uintptr_t *out)
 {
     uintptr_t r, dst;
     size_t len;
@@ -213,11 +311,10 @@ int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
     if ((err = reserve(len, &r)) != 0)
         return err;
     dst = congruent(r, modulus, residue);
-    if ((err = move_range(addr, size, piece, dst)) != 0) {
-        unmap(r, len);
+    err = move_range(addr, size, piece, dst);
+    trim(r, len, dst, size);    /* [dst, dst + size): the region or given up */
+    if (err)
         return err;
-    }
-    trim(r, len, dst, size);
     *out = dst;
     return 0;
 }
@@ -234,8 +331,10 @@ static int grow_hugetlb(uintptr_t addr, size_t old_size, size_t new_size,
      * right after the region if that is free... */
     err = map_exactly(addr + old_size, delta, CP_REGION_HUGETLB, huge_shift);
     if (err != EEXIST) {
-        if (err == 0)
+        if (err == 0) {
+            dontfork(addr + old_size, delta);
             *out = addr;
+        }
         return err;     /* ENOMEM: no free huge pages; moving won't help */
     }
     /* ...else map the new part first (the step that can fail for want of
@@ -245,10 +344,27 @@ static int grow_hugetlb(uintptr_t addr, size_t old_size, size_t new_size,
     if ((err = reserve(len, &r)) != 0)
         return err;
     dst = congruent(r, modulus, addr % modulus);
-    unmap(dst + old_size, delta);
-    if ((err = map_exactly(dst + old_size, delta, CP_REGION_HUGETLB, huge_shift)) != 0
-        || (err = move_range(addr, old_size, (size_t)1 << huge_shift, dst)) != 0) {
-        unmap(r, len);
+    /* MAP_FIXED over our own reservation: no hole ever opens for another
+     * thread to map into.  If it fails the kernel may have unmapped the
+     * reservation there already: that range is not ours any more. */
+    if ((err = cp_inject_hit(CP_INJECT_GROW_MAP)) != 0) {
+        unmap(dst + old_size, delta);           /* as a failed MAP_FIXED may */
+        cp_inject_do_squat(dst + old_size);     /* and another thread maps there */
+    } else {
+        void *p = mmap((void *)(dst + old_size), delta, PROT_READ | PROT_WRITE,
+                       map_flags(CP_REGION_HUGETLB, huge_shift) | MAP_FIXED, -1, 0);
+        err = p == MAP_FAILED ? errno : 0;
+    }
+    if (err) {
+        unmap(r, dst + old_size - r);
+        unmap(dst + new_size, r + len - (dst + new_size));
+        return err;
+    }
+    dontfork(dst + old_size, delta);
+    err = move_range(addr, old_size, (size_t)1 << huge_shift, dst);
+    if (err) {
+        unmap(r, dst - r);
+        unmap(dst + old_size, r + len - (dst + old_size));  /* the new part too */
         return err;
     }
     trim(r, len, dst, new_size);
@@ -256,8 +372,8 @@ static int grow_hugetlb(uintptr_t addr, size_t old_size, size_t new_size,
     return 0;
 }
 
-int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
-                     int kind, int huge_shift, size_t modulus, uintptr_t *out)
+static int resize(uintptr_t addr, size_t old_size, size_t new_size,
+                  int kind, int huge_shift, size_t modulus, uintptr_t *out)
 {
     uintptr_t r, dst;
     size_t len;
@@ -283,11 +399,12 @@ int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
         if ((err = reserve(len, &r)) != 0)
             return err;
         dst = congruent(r, modulus, addr % modulus);
-        if ((err = remap(addr, old_size, new_size, dst)) != 0) {
-            unmap(r, len);
-            return err;
-        }
+        err = remap(addr, old_size, new_size, dst);
+        /* On failure [dst, dst + new_size) is left alone: the failed
+         * MREMAP_FIXED may have unmapped our reservation there. */
         trim(r, len, dst, new_size);
+        if (err)
+            return err;
     }
     /* The grown part belongs to the same mapping, whose MADV_HUGEPAGE flag
      * it inherits; advising it again costs nothing and does not depend on
@@ -296,4 +413,54 @@ int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
         cp_region_advise_huge(dst + old_size, new_size - old_size);
     *out = dst;
     return 0;
+}
+
+/* ---- the outcome of the last move, per thread ----------------------------- */
+
+/* Python may raise (a signal handler) between a native call's return and
+ * the use of its result; the caller then reads what happened here. */
+static __thread struct {
+    uint64_t calls;
+    int err;
+    uintptr_t address;
+} last;
+
+static int record(int err, uintptr_t address)
+{
+    last.err = err;
+    last.address = err ? 0 : address;
+    last.calls++;
+    return err;
+}
+
+void cp_region_last(uint64_t *calls, int *err, uintptr_t *address)
+{
+    *calls = last.calls;
+    *err = last.err;
+    *address = last.address;
+}
+
+int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
+{
+    return record(move_to(addr, size, piece, dst), dst);
+}
+
+int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
+                             size_t modulus, size_t residue, uintptr_t *out)
+{
+    uintptr_t dst = 0;
+    int err = move_congruent(addr, size, piece, modulus, residue, &dst);
+    if (!err)
+        *out = dst;
+    return record(err, dst);
+}
+
+int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
+                     int kind, int huge_shift, size_t modulus, uintptr_t *out)
+{
+    uintptr_t dst = 0;
+    int err = resize(addr, old_size, new_size, kind, huge_shift, modulus, &dst);
+    if (!err)
+        *out = dst;
+    return record(err, dst);
 }

@@ -26,18 +26,27 @@ enum {
     CP_REGION_HUGETLB = 2    /* MAP_HUGETLB, page size 1 << huge_shift */
 };
 
+/* Or'ed into the errno a move or resize returns when the region could not
+ * be put back after a failure: its memory is gone (unmapped), and nothing
+ * at its old address belongs to it any more. */
+enum { CP_REGION_LOST = 0x10000 };
+
 /* Map size bytes (a multiple of the page size) at an address that is a
  * multiple of align (a power of two).  huge_shift: log2 of the hugetlb page
- * size, used only for CP_REGION_HUGETLB. */
+ * size, used only for CP_REGION_HUGETLB (such regions are not inherited
+ * by a forked child: MADV_DONTFORK). */
 int cp_region_map(size_t size, size_t align, int kind, int huge_shift,
                   uintptr_t *out);
 
 /* Unmap [addr, addr + size). */
 int cp_region_unmap(uintptr_t addr, size_t size);
 
-/* Fault in every page writable (MADV_POPULATE_WRITE; on kernels without it,
- * one atomic add of zero per page, which keeps the contents). */
-int cp_region_populate(uintptr_t addr, size_t size, size_t page_size);
+/* Fault in every page writable (MADV_POPULATE_WRITE).  On kernels without
+ * it: one atomic add of zero per 4 KiB (which keeps the contents; a THP
+ * region may get base pages), or for hugetlb (kind) one read per page
+ * through /proc/self/mem, so a page the pool cannot give is an error, not
+ * a SIGBUS. */
+int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind);
 
 /* MADV_DONTNEED: the next touch reads zero.  Only for private anonymous. */
 int cp_region_discard(uintptr_t addr, size_t size);
@@ -53,7 +62,9 @@ int cp_region_reserve_at(uintptr_t addr, size_t size);
 /* Move the mapping at [addr, addr + size) to dst, which must be free address
  * space (EEXIST otherwise).  piece: 0 to move it in one mremap, else the
  * size of the pieces moved one at a time (hugetlb regions that grew span
- * several mappings); a failure moves the pieces back. */
+ * several mappings); a failure moves the pieces back, and where one cannot
+ * come back (its old place was taken meanwhile) returns errno |
+ * CP_REGION_LOST. */
 int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst);
 
 /* Move to a free address dst with dst % modulus == residue. */
@@ -62,10 +73,18 @@ int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
 
 /* Grow or shrink to new_size: in place when the address space allows, else
  * moved to a destination congruent with addr modulo `modulus`.  *out gets
- * the address (addr when in place).  On failure nothing has changed.
- * kind/huge_shift as for cp_region_map; THP regions keep MADV_HUGEPAGE. */
+ * the address (addr when in place).  On failure nothing has changed,
+ * except with CP_REGION_LOST (see cp_region_move_to).
+ * kind/huge_shift as for cp_region_map; THP regions keep MADV_HUGEPAGE.
+ * hugetlb regions are not inherited by a forked child (MADV_DONTFORK). */
 int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
                      int kind, int huge_shift, size_t modulus, uintptr_t *out);
+
+/* The outcome of this thread's last cp_region_move_to, _move_congruent or
+ * _resize: how many there have been, its result and the region's address
+ * after it (0 on failure).  For a caller interrupted between the call's
+ * return and the use of its result. */
+void cp_region_last(uint64_t *calls, int *err, uintptr_t *address);
 
 /* END CDEF */
 

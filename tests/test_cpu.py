@@ -70,6 +70,7 @@ SSE2 = 26           # leaf 1 EDX
 OSXSAVE = 27        # leaf 1 ECX
 AVX2, ERMS, AVX512F, CLFLUSHOPT = 5, 9, 16, 23      # leaf 7.0 EBX
 FSRM = 4            # leaf 7.0 EDX
+TOPOEXT = 22        # leaf 0x80000001 ECX (AMD)
 MOVDIR64B = 28      # leaf 7.0 ECX
 FZRM, FSRS, FSRC = 10, 11, 12                       # leaf 7.1 EAX
 
@@ -102,6 +103,11 @@ def milan_leaves():
         (7, 0, 0, _bits(AVX2, ERMS, CLFLUSHOPT), 0, _bits(FSRM)),
         (0x80000000, 0, 0x80000023, *_regs("AuthcAMDenti")),
         *_brand("AMD EPYC 7763 64-Core Processor"),
+        (0x80000001, 0, 0, 0, _bits(TOPOEXT), 0),
+        # The legacy leaves (what a CPU without TOPOEXT has), deliberately
+        # different so a test sees which were read.
+        (0x80000005, 0, 0, 0, 64 << 24, 0),               # 64 KiB L1d
+        (0x80000006, 0, 0, 0, 1024 << 16, 16 << 18),      # 1 MiB L2, 8 MiB L3
         (0x80000008, 0, 0x3030, _bits(0), 0, 0),          # CLZERO
         _cache(0x8000001D, 0, 1, 1, 32 * KiB, 8, 2),
         _cache(0x8000001D, 1, 2, 1, 32 * KiB, 8, 2),
@@ -123,6 +129,16 @@ def old_leaves():
         (0x80000000, 0, 0x80000008, 0, 0, 0),
         (0x80000008, 0, 0x3024, 0, 0, 0),
     ]
+
+
+def no_topoext_leaves():
+    """The same CPU with TOPOEXT clear (older AMD parts, some hypervisors):
+    leaf 0x8000001D is not defined then and holds garbage here."""
+    rows = [r for r in milan_leaves() if r[0] not in (0x80000001, 0x8000001D)]
+    return rows + [(0x80000001, 0, 0, 0, 0, 0),
+                   _cache(0x8000001D, 0, 1, 1, 4 * KiB, 1, 1),
+                   _cache(0x8000001D, 1, 3, 3, 999 * MiB, 1, 1),
+                   (0x8000001D, 2, 0, 0, 0, 0)]
 
 
 ICE = _cpu.decode(ice_lake_leaves(), XCR0_AVX512)
@@ -154,6 +170,22 @@ def test_decode_milan():
     # From 0x8000001D; the bogus leaf-4 row is ignored on AMD.
     assert (c.l1d, c.l2, c.l3) == (32 * KiB, 512 * KiB, 32 * MiB)
     assert c.l3_sharing == 16
+
+
+def test_decode_amd_without_topoext_reads_the_legacy_leaves():
+    c = _cpu.decode(no_topoext_leaves(), XCR0_AVX)
+    assert (c.l1d, c.l2, c.l3) == (64 * KiB, 1 * MiB, 8 * MiB)
+    assert c.features == MILAN.features
+
+
+def test_dump_reads_0x8000001d_only_with_topoext():
+    rows = _cpu.dump()
+    ext1 = [r for r in rows if r[0] == 0x80000001]
+    has_walk = any(r[0] == 0x8000001D for r in rows)
+    if not ext1:
+        assert not has_walk
+        return
+    assert has_walk == bool((ext1[0][4] >> TOPOEXT) & 1)
 
 
 def test_decode_old_cpu():

@@ -7,6 +7,7 @@ fails, or a foreign mapping appears where another thread could map one."""
 from __future__ import annotations
 
 import errno
+import os
 import signal
 
 import pytest
@@ -61,7 +62,13 @@ def test_worker_fault_is_reported_by_faulthandler(worker_only):
     r = run_python("WORKER_ONLY = %r\n" % worker_only + _TRUNCATED, timeout=60)
     assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
     assert "clearing" in r.stdout and "survived" not in r.stdout
-    assert "Fatal Python error: Bus error" in r.stderr, r.stderr
+    if worker_only:
+        assert "Fatal Python error: Bus error" in r.stderr, r.stderr
+        assert "most recent call first" in r.stderr, r.stderr
+    else:
+        # Both threads may fault at once: faulthandler reports the first and
+        # has put the default action back when the second one dies.
+        assert "Fatal Python error" in r.stderr, r.stderr
 
 
 # ---- item: a thread that cannot start is an error, not a silent "done" --------
@@ -81,7 +88,7 @@ def test_job_run_returns_minus_one_when_a_thread_cannot_start(inject):
         assert lib.cp_job_configure(job, _core._state.job_pointer["libc"], 64 * KiB, 3, 0) == 0
         inject(lib.CP_INJECT_THREAD_START, 2, errno.EAGAIN)    # the second worker
         assert lib.cp_job_run(job, 10**9) == -1
-        assert lib.cp_inject_fired() == 1
+        assert lib.cp_inject_fired(lib.CP_INJECT_THREAD_START) == 1
         assert lib.cp_job_error(job) == errno.EAGAIN
         assert lib.cp_job_run(job, 10**9) == -1                # and stays failed
     finally:
@@ -143,3 +150,285 @@ print("ok")
 """
     r = run_python(code, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
+
+
+# ---- item: a failed move never takes or unmaps another thread's mapping ------
+
+PIECE = 16 * KiB
+
+
+def _free(address, size):
+    """[address, address + size) is unmapped (checked by reserving it)."""
+    if lib.cp_region_reserve_at(address, size) != 0:
+        return False
+    lib.cp_region_unmap(address, size)
+    return True
+
+
+def _pieced_region(pieces=4):
+    """A 4 KiB-page Region that moves piece by piece, as a grown hugetlb
+    region does, with a known pattern."""
+    r = cp.Region(pieces * PIECE)
+    r._piece = lambda: PIECE
+    with r.view() as v:
+        v[:] = bytes(range(256)) * (len(v) // 256)
+    return r
+
+
+def _pattern_kept(r):
+    with r.view() as v:
+        return bytes(v) == bytes(range(256)) * (len(v) // 256)
+
+
+@pytest.mark.parametrize("how", ["move", "move_to"])
+def test_failed_piecewise_move_puts_every_piece_back(inject, how):
+    r = _pieced_region()
+    before = r.address
+    inject(lib.CP_INJECT_MOVE_PIECE, 3, errno.ENOMEM)      # two pieces moved, then a failure
+    with pytest.raises(OSError):
+        if how == "move":
+            r.move("pte")
+        else:
+            r.move_to(before + (1 << 36))
+    assert lib.cp_inject_fired(lib.CP_INJECT_MOVE_PIECE) == 1
+    assert not r.closed and r.address == before and _pattern_kept(r)
+    r.resize(8 * PIECE)                 # still a working region
+    with r.view() as v:
+        assert bytes(v[:4 * PIECE]) == bytes(range(256)) * (4 * PIECE // 256)
+    r.close()
+
+
+@pytest.mark.parametrize("how", ["move", "move_to"])
+def test_piece_whose_place_was_taken_is_not_forced_back(inject, how):
+    """While a piece was away another thread mapped into its old place: the
+    rollback must not MREMAP_FIXED over that mapping, and the Region must
+    not re-adopt a range it no longer owns: it is closed, with the reason."""
+    r = _pieced_region()
+    before, size = r.address, r.size
+    inject(lib.CP_INJECT_MOVE_PIECE, 3, errno.ENOMEM)
+    inject(lib.CP_INJECT_SQUAT_SOURCE, 2)   # the first piece's old place
+    with pytest.raises(OSError, match="Region is closed"):
+        if how == "move":
+            r.move("pte")
+        else:
+            r.move_to(before + (1 << 36))
+    squat = lib.cp_inject_squat()
+    assert squat == before, (hex(squat), hex(before))
+    # The foreign mapping is intact...
+    assert bytes(ffi.buffer(ffi.cast("char *", squat), 4096)) == b"\x5a" * 4096
+    # ...and nothing else of the old range is mapped: what came back was unmapped.
+    assert _free(before + 4096, size - 4096)
+    assert r.closed
+    with pytest.raises(ValueError, match="could not put its memory back"):
+        r.view()
+    r.close()                   # closing a lost Region is allowed, and a no-op
+    if how == "move_to":
+        assert _free(before + (1 << 36), size)
+
+
+def test_failed_rollback_is_checked(inject):
+    r = _pieced_region()
+    before, size = r.address, r.size
+    inject(lib.CP_INJECT_MOVE_PIECE, 4, errno.ENOMEM)
+    inject(lib.CP_INJECT_ROLLBACK, 2, errno.ENOMEM)
+    with pytest.raises(OSError, match="Region is closed"):
+        r.move("pud")
+    assert r.closed and _free(before, size)
+
+
+def test_failed_single_move_keeps_the_region(inject):
+    r = cp.Region(64 * KiB)
+    with r.view() as v:
+        v[:] = b"\x33" * len(v)
+    before = r.address
+    inject(lib.CP_INJECT_MOVE_PIECE, 1, errno.ENOMEM)
+    with pytest.raises(OSError):
+        r.move("pmd")
+    assert r.address == before and bytes(r.view()) == b"\x33" * (64 * KiB)
+    r.close()
+
+
+def test_signal_between_native_move_and_adoption(monkeypatch):
+    """An exception raised just after the native move returned (as a signal
+    handler's would be) must leave the Region owning the new mapping."""
+    r = cp.Region(64 * KiB)
+    with r.view() as v:
+        v[:] = b"\x44" * len(v)
+    before = r.address
+    real = lib.cp_region_move_congruent
+
+    class Interrupt(Exception):
+        pass
+
+    class Lib:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def cp_region_move_congruent(self, *args):
+            real(*args)
+            raise Interrupt
+
+    from clearpages import _region
+    monkeypatch.setattr(_region, "lib", Lib())
+    with pytest.raises(Interrupt):
+        r.move("pmd")
+    monkeypatch.undo()
+    assert r.address != before and _free(before, 64 * KiB)
+    assert bytes(r.view()) == b"\x44" * (64 * KiB)
+    r.close()
+
+
+# ---- hugetlb: growth without a hole, DONTFORK, populate without SIGBUS --------
+
+HUGE = 2 * MiB
+_POOL = "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+
+
+def _read(name):
+    with open(_POOL + name) as f:
+        return int(f.read())
+
+
+@pytest.fixture
+def huge_pages():
+    """Four free 2 MiB hugetlb pages (the C functions take any hugetlb page
+    size; the Region API uses 1 GiB ones), reserved as root and given back."""
+    need = 4
+    if not os.path.exists(_POOL):
+        pytest.skip("no 2 MiB hugetlb pool here")
+    original = _read("nr_hugepages")
+    usable = _read("free_hugepages") - _read("resv_hugepages")
+    if usable < need:
+        if os.geteuid() != 0:
+            pytest.skip("needs %d free 2 MiB hugetlb pages; as root: echo %d > %s"
+                        % (need, original + need - usable, _POOL + "nr_hugepages"))
+        with open(_POOL + "nr_hugepages", "w") as f:
+            f.write(str(original + need - usable))
+    try:
+        if _read("free_hugepages") - _read("resv_hugepages") < need:
+            pytest.skip("the kernel found too few free 2 MiB pages")
+        yield
+    finally:
+        if _read("nr_hugepages") != original:
+            with open(_POOL + "nr_hugepages", "w") as f:
+                f.write(str(original))
+
+
+def _huge_map(size):
+    out = ffi.new("uintptr_t *")
+    err = lib.cp_region_map(size, HUGE, lib.CP_REGION_HUGETLB, 21, out)
+    if err:
+        pytest.skip("2 MiB hugetlb pages taken meanwhile (%s)" % os.strerror(err))
+    return out[0]
+
+
+def _vmflags(address):
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return None
+
+
+def test_hugetlb_grow_failure_leaves_a_mapping_in_its_hole_alone(huge_pages, inject):
+    """Growing a hugetlb region that cannot grow in place maps the new part
+    over its own reservation; if that fails and another thread mapped into
+    the range meanwhile, the error path must not unmap that mapping."""
+    addr = _huge_map(HUGE)
+    ffi.memmove(ffi.cast("char *", addr), b"\x77" * 64, 64)
+    assert lib.cp_region_reserve_at(addr + HUGE, HUGE) == 0     # no growth in place
+    try:
+        inject(lib.CP_INJECT_GROW_MAP, 1, errno.ENOMEM)
+        out = ffi.new("uintptr_t *")
+        err = lib.cp_region_resize(addr, HUGE, 2 * HUGE, lib.CP_REGION_HUGETLB, 21,
+                                   1 << 30, out)
+        assert err == errno.ENOMEM
+        squat = lib.cp_inject_squat()
+        assert squat
+        assert bytes(ffi.buffer(ffi.cast("char *", squat), 4096)) == b"\x5a" * 4096
+        assert bytes(ffi.buffer(ffi.cast("char *", addr), 64)) == b"\x77" * 64
+    finally:
+        lib.cp_region_unmap(addr + HUGE, HUGE)
+        lib.cp_region_unmap(addr, HUGE)
+
+
+def test_hugetlb_grows_by_moving_and_is_not_inherited(huge_pages):
+    addr = _huge_map(HUGE)
+    out = ffi.new("uintptr_t *")
+    try:
+        ffi.memmove(ffi.cast("char *", addr), b"\x66" * 64, 64)
+        assert "dc" in _vmflags(addr)       # MADV_DONTFORK: "do not copy"
+        assert lib.cp_region_reserve_at(addr + HUGE, HUGE) == 0
+        err = lib.cp_region_resize(addr, HUGE, 2 * HUGE, lib.CP_REGION_HUGETLB, 21,
+                                   1 << 30, out)
+        if err == errno.ENOMEM:
+            pytest.skip("2 MiB hugetlb pages taken meanwhile")
+        assert err == 0 and out[0] != addr
+        new = out[0]
+        assert bytes(ffi.buffer(ffi.cast("char *", new), 64)) == b"\x66" * 64
+        assert "dc" in _vmflags(new) and "dc" in _vmflags(new + HUGE)
+        pid = os.fork()
+        if pid == 0:            # the child has no copy to write to
+            os._exit(0 if _vmflags(new) is None else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        lib.cp_region_unmap(addr + HUGE, HUGE)
+        if out[0]:
+            lib.cp_region_unmap(out[0], 2 * HUGE)
+        else:
+            lib.cp_region_unmap(addr, HUGE)
+
+
+def test_populate_fallback_on_hugetlb(huge_pages, inject):
+    addr = _huge_map(2 * HUGE)
+    try:
+        inject(lib.CP_INJECT_POPULATE, 1, errno.EINVAL)     # a kernel before 5.14
+        assert lib.cp_region_populate(addr, 2 * HUGE, HUGE, lib.CP_REGION_HUGETLB) == 0
+        assert lib.cp_inject_fired(lib.CP_INJECT_POPULATE) == 1
+    finally:
+        lib.cp_region_unmap(addr, 2 * HUGE)
+
+
+def test_populate_fallback_without_pages_is_an_error_not_sigbus():
+    """A hugetlb mapping whose pages the pool cannot give (MAP_NORESERVE, an
+    empty pool): the fallback reports an error; a write would be SIGBUS."""
+    code = r"""
+import ctypes, errno, os
+from clearpages._native import lib
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+MAP_PRIVATE, MAP_ANONYMOUS, MAP_NORESERVE, MAP_HUGETLB = 0x02, 0x20, 0x4000, 0x40000
+free = int(open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages").read())
+size = (free + 2) * (2 << 20)
+p = libc.mmap(None, size, 3, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_HUGETLB
+              | (21 << 26), -1, 0)
+if p in (None, ctypes.c_void_p(-1).value):
+    print("skip: no hugetlb mapping:", os.strerror(ctypes.get_errno()))
+    raise SystemExit(0)
+lib.cp_inject_arm(lib.CP_INJECT_POPULATE, 1, errno.EINVAL)
+err = lib.cp_region_populate(p, size, 2 << 20, lib.CP_REGION_HUGETLB)
+print("err", err)
+"""
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    if r.stdout.startswith("skip"):
+        pytest.skip(r.stdout.strip())
+    assert r.stdout.split()[-1] != "0", r.stdout
+
+
+def test_populate_fallback_touches_every_base_page(inject):
+    """Where THP is refused a 2 MiB region has base pages: the fallback
+    steps by 4 KiB, not by the region's page size."""
+    with cp.Region(8 * MiB) as r:        # base pages: no MADV_HUGEPAGE
+        inject(lib.CP_INJECT_POPULATE, 1, errno.EINVAL)
+        assert lib.cp_region_populate(r.address, r.size, 2 * MiB, lib.CP_REGION_THP) == 0
+        assert lib.cp_inject_fired(lib.CP_INJECT_POPULATE) == 1
+        assert r.backing().rss == 8 * MiB
