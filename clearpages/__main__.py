@@ -218,7 +218,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     progress = _output.Progress("bench", quiet=args.quiet)
     try:
         data = _report.bench_data(sizes, _flat(args.methods), repeat=repeat, target_s=target,
-                                  budget_s=budget, scenarios=scenarios, progress=progress)
+                                  budget_s=budget, scenarios=scenarios, direct=args.direct,
+                                  progress=progress)
     except (ValueError, _core.UnsupportedMethod) as e:
         raise UsageError(str(e)) from None
     finally:
@@ -354,6 +355,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--scenario", choices=("both", "warm", "cold"), default="both",
                    help="warm (the same buffer back to back), cold (a different buffer "
                         "each call) or both (default)")
+    b.add_argument("--direct", action="store_true",
+                   help="call the routines directly (one cffi call each) instead of "
+                        "through clearpages.clear(view, method=NAME)")
     b.add_argument("--profile", metavar="FILE",
                    help="write this machine's profile (every routine called directly, "
                         "warm and cold, 4 KiB to 1 GiB) as JSON and replay the default "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import math
 import mmap
 import statistics
@@ -127,8 +126,10 @@ class Buffer:
         self.close()
 
 
-Bound = tuple[Callable[..., Any], tuple[Any, ...]]
-"""(fn, args): ``fn(*args)`` clears one buffer."""
+Bound = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+"""(fn, args, kwargs): ``fn(*args, **kwargs)`` clears one buffer."""
+
+_NO_KW: dict[str, Any] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,42 +141,54 @@ class Candidate:
     kind: str
     """'routine', 'auto', 'competitor' or 'threads'."""
     bind: Callable[[Buffer, int, int], Bound]
-    """bind(buffer, size, offset) -> (fn, args): fn(*args) clears
+    """bind(buffer, size, offset) -> (fn, args, kwargs): the call clears
     buffer[offset:offset + size]."""
 
 
 def _bind_routine(name: str) -> Callable[[Buffer, int, int], Bound]:
     def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
-        return _core._state.direct[name], (buf.ptr + offset, size)
+        return _core._state.direct[name], (buf.ptr + offset, size), _NO_KW
+    return bind
+
+
+def _bind_method(name: str) -> Callable[[Buffer, int, int], Bound]:
+    def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
+        return _core.clear, (buf.view[offset:offset + size],), {"method": name}
     return bind
 
 
 def _bind_auto(buf: Buffer, size: int, offset: int = 0) -> Bound:
-    return _core.clear, (buf.view[offset:offset + size],)
+    return _core.clear, (buf.view[offset:offset + size],), _NO_KW
 
 
 def _bind_memset(buf: Buffer, size: int, offset: int = 0) -> Bound:
-    return ctypes.memset, (buf.address + offset, 0, size)
+    return ctypes.memset, (buf.address + offset, 0, size), _NO_KW
 
 
 def _bind_numpy_fill(buf: Buffer, size: int, offset: int = 0) -> Bound:
-    return buf.numpy()[offset:offset + size].fill, (0,)
+    return buf.numpy()[offset:offset + size].fill, (0,), _NO_KW
 
 
 def _bind_numpy_assign(buf: Buffer, size: int, offset: int = 0) -> Bound:
-    return buf.numpy()[offset:offset + size].__setitem__, (Ellipsis, 0)
+    return buf.numpy()[offset:offset + size].__setitem__, (Ellipsis, 0), _NO_KW
 
 
 def routine(name: str) -> Candidate:
-    """A routine called directly (the lean path ``auto`` itself uses)."""
+    """A routine called directly: one cffi call, nothing of clearpages around it."""
     return Candidate(name, "routine", _bind_routine(name))
+
+
+def method(name: str) -> Candidate:
+    """``clearpages.clear(view, method=name)``: the routine as a user calls it,
+    with the same per-call path (and jobs for long work) as ``auto``."""
+    return Candidate(name, "method", _bind_method(name))
 
 
 def threaded(name: str, threads: int) -> Candidate:
     """clear(method=name, threads=threads): the native job path."""
     def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
-        return functools.partial(_core.clear, buf.view[offset:offset + size], method=name,
-                                 threads=threads), ()
+        return _core.clear, (buf.view[offset:offset + size],), {"method": name,
+                                                                "threads": threads}
     return Candidate("%s x%d" % (name, threads), "threads", bind)
 
 
@@ -197,10 +210,13 @@ def known_names() -> tuple[str, ...]:
     return (AUTO,) + _core.methods() + extra
 
 
-def candidates(names: Iterable[str] | None = None) -> list[Candidate]:
+def candidates(names: Iterable[str] | None = None, *,
+               direct: bool = False) -> list[Candidate]:
     """Candidates by name (None: auto, every usable routine, every competitor
-    available).  A routine this CPU cannot run raises UnsupportedMethod; an
-    unknown name, or a numpy competitor without numpy, raises ValueError."""
+    available).  Routines run as ``clear(view, method=name)``, or called
+    directly when ``direct``.  A routine this CPU cannot run raises
+    UnsupportedMethod; an unknown name, or a numpy competitor without numpy,
+    raises ValueError."""
     if names is None:
         names = known_names()
     out = []
@@ -209,7 +225,7 @@ def candidates(names: Iterable[str] | None = None) -> list[Candidate]:
             out.append(auto())
         elif name in BY_NAME:
             _core._state.check("method %r" % name, name)
-            out.append(routine(name))
+            out.append(routine(name) if direct else method(name))
         elif name in COMPETITORS:
             if name != MEMSET and not have_numpy():
                 raise ValueError("%s needs numpy, which is not installed" % name)
@@ -283,8 +299,8 @@ def _time_seq(seq: Sequence[Bound]) -> float:
     """Seconds per call over the calls in seq, back to back."""
     clock = time.perf_counter_ns
     t0 = clock()
-    for fn, args in seq:
-        fn(*args)
+    for fn, args, kw in seq:
+        fn(*args, **kw)
     return (clock() - t0) / 1e9 / len(seq)
 
 
@@ -373,8 +389,8 @@ def measure_size(buf: Buffer, size: int, cands: Sequence[Candidate], *,
         for c in order[shift:] + order[:shift]:
             seq = _sequence(c, buf, size, calls[c.name], walk)
             if warmup:
-                fn, args = seq[0]
-                fn(*args)
+                fn, args, kw = seq[0]
+                fn(*args, **kw)
             results[c.name].samples.append(_time_seq(seq))
             del seq
         if tick is not None:

@@ -111,8 +111,8 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
           "call, walking a %s pool (-: the pool cannot make that size cold)."
           % format_size(data["settings"].get("cold_pool", 0)), file=out)
     print("score: the worse of the two ratios to the best candidate of each case "
-          "(what auto is judged by). Routines are called directly; auto = "
-          "clearpages.clear(view).", file=out)
+          "(what auto is judged by). Routines: %s; auto = clearpages.clear(view)."
+          % data["settings"].get("routines", "called directly"), file=out)
     rows = []
     for size, names in _by_size(data["results"]).items():
         first = True
@@ -136,6 +136,19 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     print(file=out)
     table(rows, ("size", "method", "warm GB/s", "cold GB/s", "warm x memset",
                  "cold x memset", "score", ""), out, right=(2, 3, 4, 5, 6))
+    goals = data.get("goals") or []
+    if goals:
+        print("\nauto judged by its worse case (goals: within 10% of the best static "
+              "routine, never below memset or numpy.fill, 1.2x memset at 1-4x the L3; "
+              "a 5% allowance for noise):", file=out)
+
+        def f(x: float | None) -> str:
+            return "-" if x is None else "%.2f" % x
+        table([(format_size(g["size"]), f(g["auto_score"]), g["best"], f(g["best_score"]),
+                f(g["rival_score"]), f(g["near_l3_ratio"]), "ok" if g["ok"] else "MISSES")
+               for g in goals],
+              ("size", "auto score", "best routine", "its score", "memset/numpy score",
+               "x memset near L3", "goal"), out, right=(1, 3, 4, 5))
 
 
 def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:

@@ -186,6 +186,32 @@ class Verdict:
         return ", ".join(parts)
 
 
+def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
+          near_l3: bool = False, rivals: Sequence[str] = ()) -> Verdict:
+    """The choice at one size of a table ({scenario: {name: GB/s}}), judged
+    against the routines in it.  ``choice`` and ``rivals`` may be extra
+    columns (auto, ctypes.memset, numpy.fill): they are scored against the
+    best *routine* of each scenario but never count as a static choice.
+    ``memset_score`` is the best of libc's and the rivals' scores."""
+    routines = {sc: {n: v for n, v in row.items() if n in ALL_METHODS}
+                for sc, row in cases.items()}
+    best_of = {sc: max(row.values()) for sc, row in routines.items()}
+
+    def score(name: str) -> float | None:
+        if not all(name in row for row in cases.values()):
+            return None
+        return min(cases[sc][name] / best_of[sc] for sc in cases)
+
+    best, best_score = best_static(routines)
+    refs = [x for x in (score(n) for n in ("libc", *rivals)) if x is not None]
+    near = None
+    if near_l3 and score(choice) is not None and "libc" in routines[next(iter(cases))]:
+        near = min(cases[sc][choice] / cases[sc]["libc"] for sc in cases)
+    return Verdict(size=0, choice=choice, score=score(choice), best=best,
+                   best_score=best_score, memset_score=max(refs) if refs else None,
+                   near_l3_ratio=near)
+
+
 def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None
            ) -> list[Verdict]:
     """Judge a policy (default: the default thresholds of the profile's CPU,
@@ -194,16 +220,10 @@ def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None
     th = policy(cpu) if policy else default_thresholds(cpu, frozenset(ALL_METHODS))
     out = []
     for size in sorted(profile.table):
-        cases = profile.table[size]
         choice = decide(cpu, th, size).method
-        s = scores(cases)
-        best, best_score = best_static(cases)
-        near = None
-        if cpu.l3 and cpu.l3 <= size <= 4 * cpu.l3 and choice in s and "libc" in s:
-            near = min(cases[sc][choice] / cases[sc]["libc"] for sc in cases)
-        out.append(Verdict(size=size, choice=choice, score=s.get(choice), best=best,
-                           best_score=best_score, memset_score=s.get("libc"),
-                           near_l3_ratio=near))
+        v = judge(profile.table[size], choice,
+                  near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3)
+        out.append(dataclasses.replace(v, size=size))
     return out
 
 

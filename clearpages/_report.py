@@ -115,21 +115,26 @@ def cap_sizes(sizes: Sequence[int]) -> list[int]:
 
 def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                repeat: int = 7, target_s: float = 0.002, budget_s: float = 3.0,
-               scenarios: Sequence[str] = _measure.SCENARIOS,
+               scenarios: Sequence[str] = _measure.SCENARIOS, direct: bool = False,
                progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """Measure; the dict that ``bench --json`` writes (also the table and plot).
 
     Each result is one candidate at one size in one scenario; ``best`` marks
-    the fastest candidate of its (size, scenario), ``plan`` the routine auto
+    Routines run as ``clear(view, method=name)``, with the per-call path
+    ``auto`` has too, unless ``direct`` (one cffi call each, as profiles do).
+    ``best`` marks the fastest candidate of its (size, scenario), ``plan`` the routine auto
     plans, ``score`` the candidate's worse ratio to the best over the
-    scenarios measured at that size (the rule calibrate decides by)."""
+    scenarios measured at that size (the rule calibrate decides by).  Each
+    entry of ``goals`` judges auto at one size as the replay judges a
+    profile (``_profile.judge``): its score against the best routine's, and
+    against memset's and numpy.fill's."""
     if names is None:
         names = list(_measure.known_names())
     else:
         names = list(dict.fromkeys(names))
         if _measure.MEMSET not in names:
             names.append(_measure.MEMSET)       # the reference for the ratio
-    cands = _measure.candidates(names)
+    cands = _measure.candidates(names, direct=direct)
 
     def tick(done: int, total: int, size: int) -> None:
         if progress is not None:
@@ -139,7 +144,17 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
     rows = _measure.measure(sizes, cands, repeat=repeat, target_s=target_s,
                             budget_s=budget_s, scenarios=scenarios, progress=tick)
     results = []
+    goals = []
+    cpu = _core.cpu()
     for size, cases in zip(sizes, rows):
+        if _measure.AUTO in names and any(n in _core.methods() for n in names):
+            v = _profile.judge({sc: {n: m.median for n, m in row.items()}
+                                for sc, row in cases.items()}, _measure.AUTO,
+                               near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3,
+                               rivals=[n for n in _measure.COMPETITORS if n in names])
+            goals.append({"size": size, "auto_score": v.score, "best": v.best,
+                          "best_score": v.best_score, "rival_score": v.memset_score,
+                          "near_l3_ratio": v.near_l3_ratio, "ok": v.ok})
         planned = _core.plan(size, threads=1).method
         medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
         score = _profile.scores(medians)
@@ -161,8 +176,10 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
         "rule": _calibrate.RULE,
         "settings": {"repeat": repeat, "target_s": target_s, "budget_s": budget_s,
                      "sizes": sizes, "names": names, "scenarios": list(scenarios),
+                     "routines": "called directly" if direct else "clear(view, method=name)",
                      "cold_pool": _measure.cold_pool_size()},
         "results": results,
+        "goals": goals,
     }
 
 
