@@ -171,14 +171,28 @@ def test_bench_table_and_json(tmp_path):
                 ratios.append(mine / max(x["gbps_median"] for x in row))
             assert r["score"] == pytest.approx(min(ratios))
     assert data["machine"]["cpu"]["vendor"] == cp.cpu().vendor
+    assert data["settings"]["routines"] == "clear(view, method=name)"
+    assert [g["size"] for g in data["goals"]] == [4096, 65536]
+    for g in data["goals"]:
+        auto = [r for r in data["results"] if r["size"] == g["size"] and r["name"] == "auto"]
+        assert g["auto_score"] == pytest.approx(min(
+            r["gbps_median"] / max(x["gbps_median"] for x in data["results"]
+                                   if x["size"] == g["size"] and x["scenario"] == r["scenario"]
+                                   and x["name"] in cp.ALL_METHODS) for r in auto))
+        assert g["best"] in cp.methods() and isinstance(g["ok"], bool)
+    assert "auto judged by its worse case" in out
 
 
 def test_bench_one_scenario(tmp_path):
     out_json = tmp_path / "b.json"
     rc, _ = call("bench", "--sizes", "8K", "--methods", "libc", "--scenario", "warm",
-                   *TINY, "--json", str(out_json))
+                 "--direct", *TINY, "--json", str(out_json))
     assert rc == 0
-    assert {r["scenario"] for r in json.loads(out_json.read_text())["results"]} == {"warm"}
+    data = json.loads(out_json.read_text())
+    assert {r["scenario"] for r in data["results"]} == {"warm"}
+    assert data["settings"]["routines"] == "called directly"
+    assert {r["kind"] for r in data["results"] if r["name"] == "libc"} == {"routine"}
+    assert data["goals"] == []            # no auto measured, nothing to judge
 
 
 def test_bench_profile_writes_a_profile_and_replays_it(tmp_path):
