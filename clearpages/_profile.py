@@ -248,7 +248,8 @@ def record(sizes: Sequence[int] = SIZES, names: Sequence[str] | None = None, *,
     table = {size: {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
              for size, cases in zip(sorted(set(sizes)), rows)}
     cpu = _core.cpu()
-    pool = _measure.cold_pool_size(cpu)
+    # measure() walks one mapping: the cold pool, or the largest size if larger.
+    pool = max(_measure.cold_pool_size(cpu), max(sizes))
     extra = {"kernel": "%s %s" % (platform.system(), platform.release()),
              "recorded": datetime.date.today().isoformat()}
     return to_json(_calibration.identity(cpu), table,

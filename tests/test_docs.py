@@ -7,7 +7,10 @@ table to paste into the README.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,13 @@ def test_readme_example_runs(index):
 
 if __name__ == "__main__":
     print(methods_table())
+
+
+def test_results_hold_the_profile_tables():
+    """docs/results.md shows every profile in profiles/ and the replay of the
+    current default policy: regenerate with `python bench/profile_tables.py --write`."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "profile_tables.py"), "--check"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, ("docs/results.md is out of date with profiles/ or the "
+                               "policy: run python bench/profile_tables.py --write\n" + r.stderr)
