@@ -17,7 +17,8 @@ import dataclasses
 from typing import Any
 
 from ._native import ffi, lib
-from ._policy import Thresholds, format_size
+from ._policy import Thresholds
+from ._units import format_size
 
 #: The learner's contexts, as plan() and info name them.
 CONTEXTS = ("other buffers", "buffers cleared again soon")
