@@ -5,6 +5,8 @@ sources (preprocessed GNU as, ``.S``) are registered with it here: gcc
 assembles them with the same flags as the C files.
 """
 
+import runpy
+
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
@@ -16,7 +18,12 @@ class BuildExtWithAsm(build_ext):
         super().build_extensions()
 
 
+# The cffi module holds the routines, jobs and region calls; _fast, a plain
+# CPython extension, is the per-call entry and the Region buffer type.
+_build = runpy.run_path("clearpages/_ffi_build.py")
+
 setup(
     cffi_modules=["clearpages/_ffi_build.py:ffi"],
+    ext_modules=[_build["fast_extension"]()],
     cmdclass={"build_ext": BuildExtWithAsm},
 )

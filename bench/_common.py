@@ -149,9 +149,10 @@ def clear_fn(name: str, buf: Buffer) -> Callable[[], None]:
 
 def direct_fn(name: str, buf: Buffer) -> Callable[[], None]:
     """The routine called once on the whole buffer, no job, no policy."""
-    from clearpages._core import _state, ffi
+    from clearpages._dispatch import state
+    from clearpages._native import ffi
 
-    fn = _state.direct[name]
+    fn = state().direct[name]
     ptr = ffi.cast("char *", buf.addr)
     n = buf.nbytes
     return lambda: fn(ptr, n)
@@ -206,12 +207,13 @@ def page_loop() -> Callable[[str, int, int, int], None] | None:
         _loop_lib = lib
     if _loop_lib is False:
         return None
-    from clearpages._core import _state, ffi
+    from clearpages._dispatch import state
+    from clearpages._native import ffi
 
     loop = _loop_lib.page_at_a_time
 
     def run(method: str, addr: int, nbytes: int, page: int) -> None:
-        loop(int(ffi.cast("uintptr_t", _state.pointer[method])), addr, nbytes, page)
+        loop(int(ffi.cast("uintptr_t", state().pointer[method])), addr, nbytes, page)
 
     return run
 

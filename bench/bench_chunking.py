@@ -62,16 +62,24 @@ UNITS = (2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB)
                                   for u in UNITS])
 @pytest.mark.benchmark(group="chunk unit sweep")
 def test_unit(benchmark, buffers, unit):
-    from clearpages._core import _run, _state, ffi, lib
+    from clearpages._dispatch import SLICE_NS, state
+    from clearpages._native import ffi, lib
 
     size = FULL
     buf = buffers.get(size)
     method = _common.streaming_methods()[0] if _common.streaming_methods() else "libc"
     ptr = ffi.cast("char *", buf.addr)
+    _state = state()
 
     def fn():
-        _run(lib.cp_job_new(ffi.new("char *[]", [ptr]), ffi.new("size_t[]", [size]), 1),
-             method, unit, 1)
+        # The job machinery itself, with a unit no public call takes.
+        job = lib.cp_job_new(ffi.new("char *[]", [ptr]), ffi.new("size_t[]", [size]), 1)
+        try:
+            assert lib.cp_job_configure(job, _state.pointer[method], unit, 1, 0) == 0
+            while lib.cp_job_run(job, SLICE_NS) == 0:
+                pass
+        finally:
+            lib.cp_job_free(job)
 
     _common.run_bench(benchmark, fn, suite=UNITS_SUITE, label=fmt_size(unit), variant=method,
                       nbytes=size, total=0, rounds=6, iterations=1)

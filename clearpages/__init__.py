@@ -10,8 +10,8 @@ False
 from __future__ import annotations
 
 from ._core import (
-    PageIndexError,
-    UnsupportedMethod,
+    Method,
+    Threads,
     adaptive,
     clear,
     clear_many,
@@ -24,6 +24,7 @@ from ._core import (
     thresholds,
 )
 from ._cpu import CPU
+from ._errors import ConfigError, PageIndexError, UnsupportedMethod
 from ._policy import Plan, Thresholds
 from ._region import HugePagesUnavailable, Region
 from ._routines import ALL_METHODS, ROUTINES
@@ -34,10 +35,13 @@ __all__ = [
     "ALL_METHODS",
     "CPU",
     "ROUTINES",
+    "ConfigError",
     "HugePagesUnavailable",
+    "Method",
     "PageIndexError",
     "Plan",
     "Region",
+    "Threads",
     "Thresholds",
     "UnsupportedMethod",
     "adaptive",

@@ -23,6 +23,7 @@ from . import (
     _calibrate,
     _calibration,
     _core,
+    _dispatch,
     _measure,
     _output,
     _profile,
@@ -90,7 +91,7 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         _output.dump_json(data, "-", out)
         return 0
-    st = _core._state
+    st = _dispatch.state()
     cpu = st.cpu
     m = data["machine"]
     v = m["versions"]
@@ -260,7 +261,7 @@ def _bench_profile(args: argparse.Namespace, sizes: list[int] | None, out: TextI
 
 
 def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
-    st = _core._state
+    st = _dispatch.state()
     cpu = st.cpu
     if args.output:
         path = os.path.expanduser(args.output)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _core, _measure
+from . import _core, _dispatch, _measure
 from ._policy import NEVER, Thresholds, choose_threads, decide
 from ._routines import BY_NAME
 from ._units import KiB, MiB, format_size
@@ -387,7 +387,7 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
     from . import _policy
 
     cpu = _core.cpu()
-    built = _core._state.built
+    built = _dispatch.state().built
     methods = list(_core.methods())
     default = _policy.default_thresholds(cpu, built)
     auto_sizes, auto_tsizes = plan_sizes(cpu, quick)

@@ -85,6 +85,17 @@ def _routine_declarations(portable: bool) -> str:
                    for sym in (r.symbol, r.unfenced) if sym)
 
 
+def routine_table(portable: bool) -> str:
+    """C source of ``cp_routine_table``: every built routine by name, for
+    clearpages._fast, which finds this one symbol with dlsym (the routines
+    themselves stay hidden inside the module)."""
+    rows = "".join('    {"%s", %s, %s},\n' % (r.name, r.symbol, r.unfenced or r.symbol)
+                   for r in routines()
+                   if r.source == "csrc" or r in asm_routines(portable))
+    return ("\nconst struct cp_routine_entry cp_routine_table[] = {\n%s"
+            "    {0, 0, 0},\n};\n" % rows)
+
+
 def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -> FFI:
     if portable is None:
         portable = is_portable()
@@ -96,18 +107,42 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
     # absolute paths would put the objects' full paths into the build tree.
     ffi.set_source(
         module,
-        includes + _routine_declarations(portable),
+        includes + _routine_declarations(portable) + routine_table(portable),
         sources=[str(ROOT / s) if os.getcwd() != str(ROOT) else s
                  for s in sources(portable)],
         include_dirs=[str(CSRC), str(ASM)],
         define_macros=defines,
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
         extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,
-        # pyviews.c uses the full CPython API (PyObject_GetBuffer on many
-        # objects without building a cdata for each).
+        # No CPython API is used here (that lives in clearpages._fast); the
+        # module keeps the interpreter-specific name all the same.
         py_limited_api=False,
     )
     return ffi
+
+
+#: The CPython extension (argument parsing, buffers, the Region type): its
+#: one source, outside csrc/*.c, which all go into the cffi module.
+FAST_SOURCE = "csrc/pyext/_fast.c"
+
+
+def fast_extension(portable: bool | None = None) -> Any:
+    """The setuptools Extension ``clearpages._fast``.  It holds no routine:
+    it resolves the routines, jobs and region calls of the loaded cffi module
+    with dlsym, so the assembly is linked once, into ``_native``."""
+    from setuptools import Extension
+
+    if portable is None:
+        portable = is_portable()
+    return Extension(
+        "clearpages._fast",
+        sources=[FAST_SOURCE],
+        include_dirs=["csrc"],
+        define_macros=[("CP_PORTABLE", "1")] if portable else [],
+        extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
+        extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,
+        libraries=["dl"],
+    )
 
 
 ffi = make_ffi()

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import _core
+from . import _core, _dispatch
 from ._native import ffi
 from ._routines import BY_NAME
 
@@ -147,7 +147,7 @@ class Candidate:
 
 def _bind_routine(name: str) -> Callable[[Buffer, int, int], Bound]:
     def bind(buf: Buffer, size: int, offset: int = 0) -> Bound:
-        return _core._state.direct[name], (buf.ptr + offset, size), _NO_KW
+        return _dispatch.state().direct[name], (buf.ptr + offset, size), _NO_KW
     return bind
 
 
@@ -224,7 +224,7 @@ def candidates(names: Iterable[str] | None = None, *,
         if name == AUTO:
             out.append(auto())
         elif name in BY_NAME:
-            _core._state.check("method %r" % name, name)
+            _dispatch.state().check("method %r" % name, name)
             out.append(routine(name) if direct else method(name))
         elif name in COMPETITORS:
             if name != MEMSET and not have_numpy():

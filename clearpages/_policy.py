@@ -33,6 +33,13 @@ GLIBC_REP_STOSB_THRESHOLD = 2 * KiB
 #: core) than it gains.  Calibration measures it; this is the default.
 DEFAULT_THREAD_MIN = 64 * MiB
 
+#: Below this many bytes a clear keeps the GIL: at the slowest routine's
+#: ~10 GB/s in cache, 64 KiB is ~6 us (typically 2-3 us), the order of what
+#: giving the GIL up and taking it back costs when another thread wants it
+#: (a switch interval can be 5 ms).  Larger clears release it, so other
+#: Python threads run meanwhile.
+GIL_RELEASE_MIN = 64 * KiB
+
 #: Streaming routines in order of preference: the widest store first
 #: (measured on Zen 4 at 1 GiB: AVX-512 79 GB/s, AVX2 ~, rep stosb 73).
 STREAMING_PREFERENCE = ("avx512_nt", "avx2_nt", "movnti")
@@ -88,6 +95,8 @@ class Plan:
     reason: str
     nbytes: int = 0
     count: int = 1
+    hot_method: str | None = None
+    """With hot=: the routine of the hot range (cleared last)."""
     learned: str = ""
     """What adaptive auto has learned for this size and why it may run the
     other routine (empty from decide(), which describes the static choice)."""
@@ -238,15 +247,60 @@ def choose_threads(cpu: CPU, th: Thresholds, nbytes: int) -> int:
     return max(1, min(most, nbytes // max(1, th.thread_min // 2)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Routing:
+    """The one statement of what ``auto`` runs: streaming at or above nt_min
+    (all pieces together; ``long`` instead for pieces of long_min or more on
+    one thread), memset below vector_max (a piece), the temporal routine
+    between; a forced routine (CLEARPAGES_METHOD) everywhere.
+
+    The native entry (clearpages._fast) is configured from these fields and
+    mirrors :meth:`pick` and :meth:`hot` in C; plan() explains them."""
+
+    vector_max: int
+    nt_min: int
+    small: str
+    temporal: str
+    streaming: str
+    long: str = ""
+    long_min: int = NEVER
+    forced: str | None = None
+
+    def pick(self, nbytes: int, count: int = 1, threads: int = 1) -> str:
+        """The routine for nbytes in count pieces on threads threads."""
+        if self.forced is not None:
+            return self.forced
+        if nbytes >= self.nt_min:
+            if self.long and threads == 1 and count and nbytes // count >= self.long_min:
+                return self.long
+            return self.streaming
+        if (nbytes // count if count else 0) < self.vector_max:
+            return self.small
+        return self.temporal
+
+    def hot(self, method: str, hot_nbytes: int) -> tuple[str, str]:
+        """(cold routine, hot routine) for clear(..., hot=): the cold part
+        streams, the hot part gets ordinary stores so it stays in cache."""
+        if self.forced is not None:
+            return self.forced, self.forced
+        if method == "auto":
+            hot = self.pick(hot_nbytes)
+            if hot == self.streaming and not BY_NAME[hot].temporal:
+                hot = self.temporal
+            return self.streaming, hot
+        return method, method if BY_NAME[method].temporal else self.temporal
+
+
+def routing(th: Thresholds, forced: str | None = None) -> Routing:
+    """The routing the thresholds (and CLEARPAGES_METHOD) give."""
+    return Routing(vector_max=th.vector_max, nt_min=th.nt_min, small="libc",
+                   temporal=th.temporal, streaming=th.streaming, long=th.long,
+                   long_min=th.long_min, forced=forced)
+
+
 def pick(th: Thresholds, nbytes: int, count: int = 1, threads: int = 1) -> str:
     """The routine decide() chooses, without building its reason (per call)."""
-    if nbytes >= th.nt_min:
-        if th.long and threads == 1 and count and nbytes // count >= th.long_min:
-            return th.long
-        return th.streaming
-    if (nbytes // count if count else 0) < th.vector_max:
-        return "libc"
-    return th.temporal
+    return routing(th).pick(nbytes, count, threads)
 
 
 def chunk_for(th: Thresholds, nbytes: int, n_threads: int) -> int:
@@ -259,12 +313,18 @@ def chunk_for(th: Thresholds, nbytes: int, n_threads: int) -> int:
 
 
 def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
-           threads: Threads = 1, forced: str | None = None) -> Plan:
-    """The plan for clearing nbytes in count pieces.  Pure."""
+           threads: Threads = 1, forced: str | None = None,
+           hot: tuple[int, int] | None = None) -> Plan:
+    """The plan for clearing nbytes in count pieces.  Pure.
+
+    hot: a (start, stop) range of the nbytes to leave cache-hot; the plan's
+    method is then the routine of the rest, hot_method that of the range."""
+    if hot is not None:
+        return _decide_hot(cpu, th, nbytes, hot, threads=threads, forced=forced)
     what = format_size(nbytes) if count == 1 else (
         "%s in %d pieces" % (format_size(nbytes), count))
     n_threads = choose_threads(cpu, th, nbytes) if threads == "auto" else int(threads)
-    method = forced or pick(th, nbytes, count, n_threads)
+    method = routing(th, forced).pick(nbytes, count, n_threads)
     if forced is not None:
         method, reason = forced, "CLEARPAGES_METHOD forces %s" % forced
     elif th.streaming == th.temporal == "libc":
@@ -296,3 +356,21 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
                 n_threads, format_size(th.thread_min), th.reason("thread_min"))
     return Plan(method=method, threads=n_threads, chunk=chunk, reason=reason,
                 nbytes=nbytes, count=count)
+
+
+def _decide_hot(cpu: CPU, th: Thresholds, nbytes: int, hot: tuple[int, int], *,
+                threads: Threads, forced: str | None) -> Plan:
+    start, stop = hot
+    hot_n = stop - start
+    cold_name, hot_name = routing(th, forced).hot("auto", hot_n)
+    cold_n = nbytes - hot_n
+    if forced is not None:
+        reason = "CLEARPAGES_METHOD forces %s for both parts" % forced
+    else:
+        reason = ("the %s outside the hot range with %s (streaming: it is not "
+                  "read again soon), then the %s hot range last with %s (ordinary "
+                  "stores leave it in cache)" % (format_size(cold_n), cold_name,
+                                                 format_size(hot_n), hot_name))
+    n_threads = choose_threads(cpu, th, cold_n) if threads == "auto" else int(threads)
+    return Plan(method=cold_name, threads=n_threads, chunk=chunk_for(th, cold_n, n_threads),
+                reason=reason, nbytes=nbytes, count=1, hot_method=hot_name)

@@ -1,12 +1,12 @@
 """Region: private anonymous memory the package owns, resized at page-table speed.
 
-The memory is exposed through a ctypes array made for it: every memoryview
-or numpy view of the region holds a reference to that array, so its
-reference count tells whether exports exist.  ``close``, ``resize`` and
-``move`` refuse with ``BufferError`` while any do (as ``mmap.resize`` does),
-and the mapping is unmapped only when the array itself dies: a Region that
-is garbage collected while a view lives keeps its memory until the view
-goes.  No view can ever point at unmapped memory.
+A Region is itself a buffer (its native base type, ``_fast.RegionMemory``,
+exports the memory and counts the exports in C): ``memoryview(region)``,
+``numpy.frombuffer(region)`` and ``bytes(region)`` work on every supported
+Python.  ``close``, ``resize`` and ``move`` refuse with ``BufferError`` while
+any export lives (as ``mmap.resize`` does); every export holds a reference
+to the Region, so the memory is unmapped only once the last one is gone.
+No view can ever point at unmapped memory.
 
 Moves and resizes go through ``mremap`` to destinations congruent with the
 source modulo 1 GiB, so the kernel moves whole PUD (1 GiB) or PMD (2 MiB)
@@ -15,18 +15,15 @@ entries instead of copying 512 PTEs per 2 MiB.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import gc
+import functools
 import operator
 import os
-import sys
-import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ._native import ffi, lib
+from ._fast import RegionMemory
+from ._native import lib
 from ._system import thp_mode as _thp_mode
 from ._units import GiB, KiB, MiB, format_size as _fmt_size
 
@@ -58,6 +55,7 @@ _POPULATE_SLICE = 256 * MiB
 _HUGETLB_DIR = "/sys/kernel/mm/hugepages/hugepages-%dkB"
 
 
+@functools.cache
 def _address_space_limit() -> int:
     """Bytes of user address space: 128 TiB, 64 PiB with 5-level paging."""
     try:
@@ -69,8 +67,6 @@ def _address_space_limit() -> int:
         pass
     return 1 << 47
 
-
-_ADDRESS_SPACE = _address_space_limit()
 
 
 class HugePagesUnavailable(OSError):
@@ -144,9 +140,9 @@ def _check_size(size: Any, what: str = "size") -> int:
                          % (what, size)) from None
     if n <= 0:
         raise ValueError("%s must be a positive number of bytes, not %d" % (what, n))
-    if n > _ADDRESS_SPACE:
+    if n > _address_space_limit():
         raise ValueError("%s %d is larger than the address space (%s)"
-                         % (what, n, _fmt_size(_ADDRESS_SPACE)))
+                         % (what, n, _fmt_size(_address_space_limit())))
     return n
 
 
@@ -163,31 +159,7 @@ def _table_alignment(size: int, page: int) -> int:
     return page
 
 
-_memory_types: dict[int, type] = {}
-
-
-def _memory_type(size: int) -> Any:
-    """A ctypes array type of `size` bytes.  Made directly (not c_char * size,
-    which ctypes caches forever), subclassed in Python so that its instances
-    take weak references (for the finalizer), and kept for the last few
-    sizes: making a type costs more than a PUD move."""
-    t = _memory_types.get(size)
-    if t is None:
-        array_meta: Any = type(ctypes.Array)
-        base = array_meta("_RegionBytes", (ctypes.Array,),
-                          {"_type_": ctypes.c_char, "_length_": size})
-        t = type("RegionMemory", (base,), {"__module__": __name__})
-        if len(_memory_types) >= 32:
-            del _memory_types[next(iter(_memory_types))]
-        _memory_types[size] = t
-    return t
-
-
-def _unmap(address: int, size: int) -> None:
-    lib.cp_region_unmap(address, size)
-
-
-class Region:
+class Region(RegionMemory):
     """Private anonymous memory: ``Region(size, *, page_size="4k", populate=False)``.
 
     page_size: "4k" (base pages), "2m" (2 MiB-aligned, MADV_HUGEPAGE: the
@@ -204,23 +176,18 @@ class Region:
 
     def __init__(self, size: int, *, page_size: str | int = "4k",
                  populate: bool = False) -> None:
-        self._lock = threading.Lock()
-        self._array: Any = None
-        self._finalizer: Any = None
-        self._address = 0
-        self._size = 0
         size = _check_size(size)
         name = self._page_size_name(page_size, size)
         if name == "auto":
             name = self._auto(size)
             if name == "1g":
                 try:
-                    self._map(size, name)
+                    self._map_pages(size, name)
                 except HugePagesUnavailable:
                     # Taken between the look at the pool and the mapping.
                     name = "2m" if _thp_mode() not in (None, "never") else "4k"
-        if self._array is None:
-            self._map(size, name)
+        if self.closed:
+            self._map_pages(size, name)
         if populate:
             self.populate()
 
@@ -250,14 +217,12 @@ class Region:
             return "2m"
         return "4k"
 
-    def _map(self, size: int, name: str) -> None:
+    def _map_pages(self, size: int, name: str) -> None:
         page, kind = PAGE_SIZES[name]
         size = _round_up(size, page)
-        if size > _ADDRESS_SPACE:
+        if size > _address_space_limit():
             raise ValueError("size %d rounds up to more than the address space" % size)
-        out = ffi.new("uintptr_t *")
-        err = lib.cp_region_map(size, _table_alignment(size, page), kind,
-                                page.bit_length() - 1, out)
+        err = self._map(size, _table_alignment(size, page), kind, page.bit_length() - 1)
         if err:
             if kind == lib.CP_REGION_HUGETLB and err in (errno.ENOMEM, errno.EINVAL):
                 raise _hugetlb_error(size, page, err)
@@ -269,25 +234,6 @@ class Region:
         self._page_name = name
         self._page = page
         self._kind = kind
-        self._adopt(out[0], size)
-
-    def _adopt(self, address: int, size: int) -> None:
-        """Own the mapping at [address, address + size): a new array over it
-        and a finalizer that unmaps it when the array dies."""
-        array = _memory_type(size).from_address(address)
-        fin = weakref.finalize(array, _unmap, address, size)
-        # At exit the process's memory goes anyway; unmapping then could pull
-        # it from under an object still being torn down.
-        fin.atexit = False
-        self._array, self._finalizer = array, fin
-        self._address, self._size = address, size
-
-    def _release(self) -> tuple[int, int]:
-        """Give up the array (the caller has checked there are no exports);
-        returns (address, size) of the mapping, now owned by the caller."""
-        self._finalizer.detach()
-        self._array = self._finalizer = None
-        return self._address, self._size
 
     # ---- state --------------------------------------------------------
 
@@ -300,10 +246,10 @@ class Region:
     @property
     def size(self) -> int:
         """Bytes, a whole number of pages (0 once closed)."""
-        return self._size if self._array is not None else 0
+        return self._size
 
     def __len__(self) -> int:
-        return self.size
+        return self._size
 
     @property
     def page_size(self) -> int:
@@ -316,55 +262,30 @@ class Region:
         """"4k", "2m" or "1g" (what "auto" chose)."""
         return self._page_name
 
-    @property
-    def closed(self) -> bool:
-        return self._array is None
-
     def _check_open(self) -> None:
-        if self._array is None:
+        if self.closed:
             lost = getattr(self, "_lost", None)
             raise ValueError("the Region is closed" + (": " + lost if lost else ""))
 
-    def _exports(self) -> int:
-        """How many views (memoryviews, numpy arrays, native calls) hold the
-        memory: references to the array beyond ours and getrefcount's own."""
-        return sys.getrefcount(self._array) - 2
-
-    def _settle(self) -> None:
-        """Collect garbage if views seem to exist: a view caught in a
-        reference cycle (a frame kept by a traceback) is dead but still
-        counted until the collector runs.  Called without the lock, as
-        finalizers run here."""
-        array = self._array
-        if array is not None and sys.getrefcount(array) > 3:
-            del array
-            gc.collect()
-
-    def _check_no_exports(self, what: str) -> None:
-        n = self._exports()
-        if n > 0:
-            raise BufferError("cannot %s a Region while %d view%s of it exist%s "
-                              "(release every memoryview and numpy array of it first)"
-                              % (what, n, "" if n == 1 else "s", "s" if n == 1 else ""))
+    def _lost_check(self, what: str, err: int) -> int:
+        """A move that could not put the memory back (CP_REGION_LOST) has
+        left the Region closed (the native type owns nothing any more):
+        raise, naming the cause.  Otherwise err."""
+        if err & lib.CP_REGION_LOST:
+            err &= ~lib.CP_REGION_LOST
+            self._lost = ("a failed %s could not put its memory back (%s): another "
+                          "mapping took part of its old address range meanwhile, so the "
+                          "memory was unmapped" % (what, os.strerror(err)))
+            raise OSError(err, "the Region is closed: %s" % self._lost)
+        return err
 
     # ---- buffers ------------------------------------------------------
 
     def view(self) -> memoryview:
-        """A writable, flat memoryview of unsigned bytes over the region."""
-        with self._lock:
-            self._check_open()
-            with memoryview(self._array) as mv:
-                return mv.cast("B")
-
-    def __buffer__(self, flags: int) -> memoryview:     # Python 3.12+
-        return self.view()
-
-    def _clearpages_extent(self) -> tuple[Any, int]:
-        """(pointer, nbytes) for clearpages.clear: the pointer holds an
-        export of the memory while the native clear runs."""
-        with self._lock:
-            self._check_open()
-            return ffi.from_buffer("char[]", self._array, require_writable=True), self._size
+        """A writable, flat memoryview of unsigned bytes over the region
+        (the same as ``memoryview(region)``)."""
+        self._check_open()
+        return memoryview(self)
 
     def _clearpages_discard(self) -> None:
         self.discard()
@@ -388,20 +309,17 @@ class Region:
 
             clear(self)
             return
-        with self._lock:
-            self._check_open()
-            err = lib.cp_region_discard(self._address, self._size)
+        err = self._discard()
         if err:
             raise OSError(err, "madvise(MADV_DONTNEED): %s" % os.strerror(err))
 
     def populate(self) -> None:
         """Fault in every page now, writable (contents are kept)."""
-        with self._lock:
-            self._check_open()
-            # Hold the memory (an export) while the lock is released between
-            # slices, so close() from another thread must wait for us.
-            hold = memoryview(self._array)
-            address, size = self._address, self._size
+        self._check_open()
+        # Hold the memory (an export) while the GIL is released in each
+        # slice, so a resize or close from another thread is refused.
+        hold = memoryview(self)
+        address, size = self._address, self._size
         try:
             for off in range(0, size, _POPULATE_SLICE):
                 n = min(_POPULATE_SLICE, size - off)
@@ -420,9 +338,8 @@ class Region:
     def backing(self) -> Backing:
         """What the kernel gave, summed over the region's mappings in
         /proc/self/smaps."""
-        with self._lock:
-            self._check_open()
-            start, end = self._address, self._address + self._size
+        self._check_open()
+        start, end = self._address, self._address + self._size
         fields = {"Rss": 0, "AnonHugePages": 0, "Private_Hugetlb": 0,
                   "Shared_Hugetlb": 0, "KernelPageSize": 0}
         eligible, mappings, inside = True, 0, False
@@ -459,60 +376,6 @@ class Region:
         # at a time, so hugetlb regions move page by page (each a PUD entry).
         return self._page if self._kind == lib.CP_REGION_HUGETLB else 0
 
-    def _relocate(self, what: str, call: Any, new_size: int | None = None) -> int:
-        """Run call(address, size, out) -> errno (the region is new_size
-        bytes, default its size, at out[0] after it) with the memory
-        released from the array and own what it leaves: the new mapping, or
-        the old one after a failure.  A move that could not put the memory
-        back (CP_REGION_LOST) leaves the Region closed and raises.  An
-        exception raised between the native call's return and here (a
-        signal handler) is survived the same way: the call's outcome is
-        read back from C, so the Region never re-adopts a range it does not
-        own."""
-        self._settle()
-        with self._lock:
-            self._check_open()
-            self._check_no_exports(what)
-            address, size = self._address, self._size
-            calls, err_c, new_c = ffi.new("uint64_t *"), ffi.new("int *"), ffi.new("uintptr_t *")
-            lib.cp_region_last(calls, err_c, new_c)
-            before = calls[0]
-            if new_size is None:
-                new_size = size
-            try:
-                self._release()
-                out = ffi.new("uintptr_t *")
-                err = call(address, size, out)
-            except BaseException:
-                lib.cp_region_last(calls, err_c, new_c)
-                if calls[0] == before:      # the native call never ran
-                    self._own(address, size)
-                else:
-                    self._outcome(what, address, size, new_size, err_c[0], new_c[0])
-                raise
-            return self._outcome(what, address, size, new_size, int(err), int(out[0]))
-
-    def _own(self, address: int, size: int) -> None:
-        if self._array is not None:     # interrupted inside _release
-            self._release()
-        self._adopt(address, size)
-
-    def _outcome(self, what: str, address: int, size: int, new_size: int, err: int,
-                 new_address: int) -> int:
-        if err & lib.CP_REGION_LOST:
-            if self._array is not None:
-                self._release()
-            err &= ~lib.CP_REGION_LOST
-            self._lost = ("a failed %s could not put its memory back (%s): another "
-                          "mapping took part of its old address range meanwhile, so the "
-                          "memory was unmapped" % (what, os.strerror(err)))
-            raise OSError(err, "the Region is closed: %s" % self._lost)
-        if err:
-            self._own(address, size)
-            return err
-        self._own(new_address, new_size)
-        return 0
-
     def resize(self, new_size: int) -> None:
         """Grow or shrink to new_size (rounded up to whole pages).
 
@@ -525,15 +388,11 @@ class Region:
         new_size = _check_size(new_size, "new_size")
         self._check_open()
         new_size = _round_up(new_size, self._page)
-        if new_size > _ADDRESS_SPACE:
+        if new_size > _address_space_limit():
             raise ValueError("new_size rounds up to more than the address space")
-        kind, shift = self._kind, self._page.bit_length() - 1
-
-        def call(address: int, size: int, out: Any) -> int:
-            return int(lib.cp_region_resize(address, size, new_size, kind, shift,
-                                            CONGRUENCE, out))
-
-        err = self._relocate("resize", call, new_size)
+        kind = self._kind
+        err = self._lost_check("resize", self._resize(new_size, kind,
+                                                      self._page.bit_length() - 1, CONGRUENCE))
         if err:
             if kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
                 raise _hugetlb_error(new_size - self._size, self._page, err,
@@ -565,13 +424,7 @@ class Region:
         if residue % self._page:
             raise ValueError("a region of %s pages cannot be %s-aligned"
                              % (self._page_name, alignment))
-        piece = self._piece()
-
-        def call(address: int, size: int, out: Any) -> int:
-            return int(lib.cp_region_move_congruent(address, size, piece, CONGRUENCE,
-                                                    residue, out))
-
-        err = self._relocate("move", call)
+        err = self._lost_check("move", self._move_congruent(self._piece(), CONGRUENCE, residue))
         if err:
             raise OSError(err, "moving the region failed: %s" % os.strerror(err))
         return self._address
@@ -589,19 +442,13 @@ class Region:
         if dst <= 0 or dst % self._page:
             raise ValueError("address %#x is not a multiple of the page size (%s)"
                              % (dst, _fmt_size(self._page)))
-        if dst + self._size > _ADDRESS_SPACE:
+        if dst + self._size > _address_space_limit():
             raise ValueError("address %#x + size is past the address space" % dst)
         if dst < self._address + self._size and self._address < dst + self._size:
             raise ValueError("cannot move the region onto itself: [%#x, %#x) overlaps "
                              "[%#x, %#x)" % (dst, dst + self._size, self._address,
                                              self._address + self._size))
-        piece = self._piece()
-
-        def call(address: int, size: int, out: Any) -> int:
-            out[0] = dst
-            return int(lib.cp_region_move_to(address, size, piece, dst))
-
-        err = self._relocate("move", call)
+        err = self._lost_check("move", self._move_to(self._piece(), dst))
         if err == errno.EEXIST:
             raise FileExistsError(err, "cannot move the region to %#x: something is "
                                   "mapped in [%#x, %#x)" % (dst, dst, dst + self._size))
@@ -613,13 +460,7 @@ class Region:
     def close(self) -> None:
         """Unmap the memory.  BufferError while views exist; closing twice
         is allowed."""
-        self._settle()
-        with self._lock:
-            if self._array is None:
-                return
-            self._check_no_exports("close")
-            address, size = self._release()
-            lib.cp_region_unmap(address, size)
+        self._close()
 
     def __enter__(self) -> Region:
         self._check_open()
@@ -630,11 +471,11 @@ class Region:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Region is process memory and cannot be pickled; "
-                        "pickle bytes(region.view()) instead")
+                        "pickle bytes(region) instead")
 
     def __repr__(self) -> str:
         name = getattr(self, "_page_name", "?")
-        if self._array is None:
+        if self.closed:
             return "<clearpages.Region closed page_size=%s>" % name
         return ("<clearpages.Region %s at %#x page_size=%s>"
                 % (_fmt_size(self._size), self._address, name))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _adapt, _calibrate, _calibration, _core, _cpu, _measure, _profile, _system
+from . import _adapt, _calibrate, _calibration, _core, _cpu, _dispatch, _measure, _profile, _system
 from ._routines import ROUTINES
 from ._units import format_size
 
@@ -48,7 +48,7 @@ def machine() -> dict[str, Any]:
 
 
 def feature_status(name: str) -> str:
-    st = _core._state
+    st = _dispatch.state()
     if name in st.cpu.features:
         return "present"
     if name in st.cpu.disabled:
@@ -66,7 +66,7 @@ def threshold_why(th: Any, key: str) -> str:
 
 
 def info_data() -> dict[str, Any]:
-    st = _core._state
+    st = _dispatch.state()
     cpu = st.cpu
     th = st.thresholds
     cal = st.calibration

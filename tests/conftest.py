@@ -17,7 +17,7 @@ import pytest
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clearpages-test-cache-")
 
 import clearpages as cp
-from clearpages import _core, _native
+from clearpages import _dispatch, _native
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def pytest_configure(config):
 
 
 def _missing(name: str) -> str | None:
-    return _core._state.missing(name)
+    return _dispatch.state().missing(name)
 
 
 @pytest.fixture(params=cp.ALL_METHODS)

@@ -21,7 +21,7 @@ import threading
 import pytest
 
 import clearpages as cp
-from clearpages import _config, _core
+from clearpages import _config, _dispatch, _fast
 from clearpages._native import ffi, lib
 
 KiB = 1 << 10
@@ -300,28 +300,28 @@ def _stat(n: int):
 
 
 def _spy_lean(monkeypatch):
-    """Run the lean path (no C shortcut) and note which routine each clear ran."""
-    monkeypatch.setattr(_core, "_fast_clear", None)
-    st = _core._state
-    names = {id(fn): name for name, fn in st.direct.items()}
+    """Note which routine each clear ran (the native entry's step hook)."""
     ran: list[str] = []
-    def spy(fn, name):
-        def call(ptr, n):
-            ran.append(name)
-            fn(ptr, n)
-        return call
 
-    for attr in ("fn_small", "fn_temporal", "fn_nt"):
-        fn = getattr(st, attr)
-        monkeypatch.setattr(st, attr, spy(fn, names[id(fn)]))
+    def hook(where, routine, nbytes):
+        if where in ("call", "slice"):
+            ran.append(routine)
+
+    _fast._set_debug_hook(hook)     # taken off by _no_step_hook
     return ran
+
+
+@pytest.fixture(autouse=True)
+def _no_step_hook():
+    yield
+    _fast._set_debug_hook(None)
 
 
 def test_adapt_variable(config):
     config({"CLEARPAGES_ADAPT": "0"})
-    assert cp.adaptive() is False and _core._state.config.adapt is False
+    assert cp.adaptive() is False and _dispatch.state().config.adapt is False
     config({"CLEARPAGES_ADAPT": "1"})
-    assert _core._state.config.adapt is True
+    assert _dispatch.state().config.adapt is True
     for bad in ("2", "maybe", "-1"):
         with pytest.raises(_config.ConfigError, match="CLEARPAGES_ADAPT"):
             config({"CLEARPAGES_ADAPT": bad})
@@ -372,7 +372,7 @@ def test_on_times_band_clears_on_every_path(config, monkeypatch):
         cp.clear(buf)
     assert buf.count(0) == n
     assert sum(calls for calls, _ in _stat(n)) == 20
-    ran = _spy_lean(monkeypatch)                # the Python lean path
+    ran = _spy_lean(monkeypatch)                # what each of them ran
     for _ in range(20):
         cp.clear(buf)
     assert set(ran) <= {t, s} and ran

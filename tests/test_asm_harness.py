@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _dispatch
 from conftest import ROOT
 
 pytestmark = [
@@ -61,7 +61,7 @@ def _cpu_features() -> frozenset[str]:
     """The OS-enabled features: the package's CPUID probe, or, in a portable
     build (which has none), the kernel's flags, which the probe agrees with
     (test_cpu.py checks that)."""
-    raw = _core._state.raw_cpu
+    raw = _dispatch.state().raw_cpu
     if raw.is_x86:
         return raw.features
     try:

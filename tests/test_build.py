@@ -99,7 +99,14 @@ def test_make_ffi_portable_declares_no_asm_routine():
 
 _BUILD = """
 import runpy
+from setuptools import Distribution
+from setuptools.command.build_ext import build_ext
 ns = runpy.run_path("clearpages/_ffi_build.py")
+# The CPython extension beside the cffi module, as setup.py builds it.
+cmd = build_ext(Distribution({"ext_modules": [ns["fast_extension"](portable=True)]}))
+cmd.inplace = True
+cmd.ensure_finalized()
+cmd.run()
 ffi = ns["make_ffi"](portable=True, module="clearpages._native")
 print(ffi.compile(tmpdir=".", verbose=False))
 """

@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 import clearpages as cp
-from clearpages import _calibrate, _calibration as cal, _core, _measure, _policy
+from clearpages import _calibrate, _calibration as cal, _dispatch, _measure, _policy
 from clearpages._policy import KiB, MiB
 from clearpages._routines import BY_NAME
 
@@ -29,7 +29,7 @@ def private_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def here():
-    st = _core._state
+    st = _dispatch.state()
     return st.cpu, st.methods, _policy.default_thresholds(st.cpu, st.built)
 
 
@@ -205,7 +205,7 @@ def test_calibrated_threshold_changes_plan(tmp_path, here, config):
     after = cp.plan(size, threads=1)
     assert after.method != before.method
     assert "measured: test" in after.reason
-    assert _core._state.calibration.path == path
+    assert _dispatch.state().calibration.path == path
 
     # The environment variable still has the last word on nt_min.
     config({**mask, "CLEARPAGES_CALIBRATION": str(path),

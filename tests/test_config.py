@@ -11,13 +11,13 @@ import pytest
 from conftest import NATIVE, needs_native, run_python
 
 import clearpages as cp
-from clearpages import _config, _core
+from clearpages import _config, _dispatch, _fast
 
 MiB = 1 << 20
 
 
 def has(feature: str) -> bool:
-    return feature in _core._state.raw_cpu.features
+    return feature in _dispatch.state().raw_cpu.features
 
 
 def test_reload_with_empty_env_is_the_default(config):
@@ -26,7 +26,7 @@ def test_reload_with_empty_env_is_the_default(config):
     before = (cp.methods(), cp.thresholds(), cp.cpu())
     config({})
     assert (cp.methods(), cp.thresholds(), cp.cpu()) == before
-    assert _core._state.config.raw == ()
+    assert _dispatch.state().config.raw == ()
 
 
 @pytest.mark.skipif(not has("avx512f"), reason="needs AVX-512 to mask it")
@@ -96,7 +96,7 @@ def test_method_forces_every_size(config):
 
 def test_method_auto_is_no_force(config):
     config({"CLEARPAGES_METHOD": " auto "})
-    assert _core._state.forced is None
+    assert _dispatch.state().forced is None
 
 
 @pytest.mark.parametrize("value", ["fast", "discard", "REP_STOSB", "rep-stosb"])
@@ -142,64 +142,53 @@ def test_nt_threshold_bad_value_names_the_variable(config, value):
 
 def test_calibration_setting_is_read(config):
     config({"CLEARPAGES_CALIBRATION": "OFF"})
-    assert _core._state.config.calibration == "off"
+    assert _dispatch.state().config.calibration == "off"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # a missing file is a warning, not an error
         config({"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
-    assert _core._state.config.calibration == "/nonexistent/policy.json"
+    assert _dispatch.state().config.calibration == "/nonexistent/policy.json"
 
 
 LEAN_SIZES = (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB)
 
 
-@pytest.mark.skipif(_core._fast_clear is None, reason="the C fast path is CPython-only")
+@pytest.mark.parametrize("method", [None, "libc", "movnti"])
 @pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
-def test_c_fast_path_runs_what_plan_says(config, nt):
-    """clear()'s per-call shortcut in C (csrc/pyfast.c) picks the same
-    routine as plan(), and clears."""
-    config({} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt})
-    st = _core._state
-    for n in LEAN_SIZES:
-        route = _core.lib.cp_fast_route(n)
-        assert route in (0, 1, 2), n
-        assert st.fast_names[route] == cp.plan(n, threads=1).method, n
-        buf = bytearray(b"\x01" * n)
-        assert _core._fast_clear(buf) is True
-        assert buf.count(0) == n
-    assert _core.lib.cp_fast_route(st.fast_limit + 1) == -1   # jobs take over
-    assert _core._fast_clear(bytearray(st.fast_limit + 1)) is False
-    assert _core._fast_clear(b"read-only") is False        # refused, not raised
-    assert _core._fast_clear(object()) is False
-
-
-@pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
-def test_lean_path_runs_what_plan_says(config, nt, monkeypatch):
-    """clear()'s per-call shortcut in Python (where the C one is absent)
-    picks the same routine as plan() (the static choice: adaptation off)."""
-    env = {"CLEARPAGES_ADAPT": "0"}
-    config(env if nt is None else dict(env, CLEARPAGES_NT_THRESHOLD=nt))
-    monkeypatch.setattr(_core, "_fast_clear", None)
-    st = _core._state
-    names = {id(fn): name for name, fn in st.direct.items()}
-    ran = []
-
-    def spy(attr):
-        fn = getattr(st, attr)
-        name = names[id(fn)]
-
-        def call(ptr, n):
-            ran.append(name)
-            fn(ptr, n)
-        setattr(st, attr, call)
-
-    for attr in ("fn_small", "fn_temporal", "fn_nt"):
-        spy(attr)
-    for n in LEAN_SIZES:
-        del ran[:]
-        buf = bytearray(b"\x01" * n)
+def test_native_routing_is_the_policys(config, nt, method):
+    """The native entry runs what plan() says: its routing is configured
+    from _policy.Routing and mirrors Routing.pick and Routing.hot."""
+    env = {} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt}
+    if method is not None:
+        if method not in cp.methods():
+            pytest.skip("%s is not available here" % method)
+        env["CLEARPAGES_METHOD"] = method
+    config(env)
+    rt = _dispatch.state().routing
+    for n in LEAN_SIZES + (1 << 30, 1 << 40):
+        assert _fast.route(n) == cp.plan(n, threads=1).method == rt.pick(n), n
+        for count in (2, 3, 4096):
+            assert _fast.route(n, count) == cp.plan(n, count=count, threads=1).method, (n, count)
+        buf = bytearray(b"\x01" * min(n, 8 * MiB))
         cp.clear(buf)
-        assert buf.count(0) == n
-        assert ran == [cp.plan(n, threads=1).method], n
+        assert buf.count(0) == len(buf)
+    for hot_n in LEAN_SIZES:
+        p = cp.plan(max(hot_n, 1) * 2, hot=(0, hot_n), threads=1)
+        assert _fast.hot_route(hot_n, "auto") == (p.method, p.hot_method) \
+            == rt.hot("auto", hot_n), hot_n
+        for name in cp.methods():
+            assert _fast.hot_route(hot_n, name) == rt.hot(name, hot_n)
+
+
+def test_state_is_built_on_first_use():
+    """Importing clearpages reads no file and probes nothing: the state is
+    built by the first call that needs it."""
+    code = ("import clearpages as cp, clearpages._dispatch as d; "
+            "print(d.built()); print(d.built())")
+    done = run_python(code)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+    done = run_python("import clearpages as cp, clearpages._dispatch as d; "
+                      "b = bytearray(9); cp.clear(b); print(d.built())")
+    assert done.stdout.split() == ["True"], done.stderr
 
 
 def test_parse_size():

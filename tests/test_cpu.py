@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import clearpages as cp
-from clearpages import _core, _cpu
+from clearpages import _cpu, _dispatch
 from clearpages._native import lib
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -246,7 +246,7 @@ def test_without_masks_features():
 # ---- this machine -------------------------------------------------------
 
 def test_this_machine_decodes_like_the_probe():
-    raw = _core._state.raw_cpu
+    raw = _dispatch.state().raw_cpu
     if not raw.is_x86:
         pytest.skip("not an x86-64 build: no CPUID")
     again = _cpu.decode(_cpu.dump(), lib.cp_xgetbv0())
@@ -254,12 +254,12 @@ def test_this_machine_decodes_like_the_probe():
     assert again.os_disabled == raw.os_disabled
     assert (again.vendor, again.family, again.model, again.brand) == \
         (raw.vendor, raw.family, raw.model, raw.brand)
-    assert raw.features - cp.cpu().features == _core._state.config.disable & raw.features
+    assert raw.features - cp.cpu().features == _dispatch.state().config.disable & raw.features
 
 
 def test_this_machine_agrees_with_proc_cpuinfo():
     path = Path("/proc/cpuinfo")
-    raw = _core._state.raw_cpu
+    raw = _dispatch.state().raw_cpu
     if not raw.is_x86 or not path.exists():
         pytest.skip("needs an x86-64 build and /proc/cpuinfo")
     flags = set()
@@ -278,7 +278,7 @@ def test_this_machine_agrees_with_proc_cpuinfo():
 
 def test_this_machine_caches_match_sysfs():
     sysfs = _cpu._sysfs_caches()
-    raw = _core._state.raw_cpu
+    raw = _dispatch.state().raw_cpu
     if not sysfs:
         pytest.skip("no /sys/devices/system/cpu/cpu0/cache")
     for key, size in sysfs.items():

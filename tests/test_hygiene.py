@@ -13,13 +13,16 @@ import sysconfig
 
 import pytest
 
-from clearpages import _ffi_build, _native
+from clearpages import _fast, _ffi_build, _native
 from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None,
                                 reason="readelf (binutils) is not installed")
 
 SO = _native.__file__
+#: Both extensions: the cffi module and the CPython entry beside it.
+SOS = pytest.mark.parametrize("so", [_native.__file__, _fast.__file__],
+                              ids=["_native", "_fast"])
 IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -28,9 +31,9 @@ def readelf(*args: str) -> str:
                           text=True).stdout
 
 
-def _segments():
+def _segments(so=SO):
     rows = []
-    for ln in readelf("-l", SO).splitlines():
+    for ln in readelf("-l", so).splitlines():
         parts = ln.split()
         if parts and parts[0] in ("LOAD", "GNU_STACK", "GNU_RELRO"):
             # Type Offset VirtAddr PhysAddr FileSiz MemSiz Flg... Align
@@ -38,29 +41,33 @@ def _segments():
     return rows
 
 
-def test_stack_is_not_executable():
-    stack = [flags for kind, flags in _segments() if kind == "GNU_STACK"]
+@SOS
+def test_stack_is_not_executable(so):
+    stack = [flags for kind, flags in _segments(so) if kind == "GNU_STACK"]
     assert stack, "no PT_GNU_STACK: the loader would make the stack executable"
     assert "E" not in stack[0] and "W" in stack[0], stack
 
 
-def test_no_segment_is_writable_and_executable():
-    loads = [flags for kind, flags in _segments() if kind == "LOAD"]
+@SOS
+def test_no_segment_is_writable_and_executable(so):
+    loads = [flags for kind, flags in _segments(so) if kind == "LOAD"]
     assert loads
     for flags in loads:
         assert not ("W" in flags and "E" in flags), loads
 
 
-def test_no_text_relocations():
-    dynamic = readelf("-d", SO)
+@SOS
+def test_no_text_relocations(so):
+    dynamic = readelf("-d", so)
     assert "TEXTREL" not in dynamic
     assert not re.search(r"\(FLAGS\).*TEXTREL", dynamic)
 
 
-def test_exports_only_the_module_and_its_interface():
+@SOS
+def test_exports_only_the_module_and_its_interface(so):
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed")
-    out = subprocess.run(["nm", "-D", "--defined-only", SO], capture_output=True,
+    out = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True,
                          text=True, check=True).stdout
     names = [ln.split()[-1] for ln in out.splitlines() if ln.strip()]
     stray = [n for n in names if not (n.startswith("PyInit_") or n.startswith("cp_")
@@ -74,7 +81,8 @@ def _has_cet_note(path: str) -> bool:
 
 
 @pytest.mark.skipif(not IS_X86_64, reason="IBT/SHSTK are x86-64 properties")
-def test_extension_is_marked_ibt_and_shstk():
+@SOS
+def test_extension_is_marked_ibt_and_shstk(so):
     """The linker marks the output only if every input object is marked; the
     native build links without the toolchain's crti/crtn (unmarked on many
     distributions), so the module itself must carry the property."""
@@ -82,7 +90,7 @@ def test_extension_is_marked_ibt_and_shstk():
 
     if not hasattr(lib, "cp_clear_rep_stosb"):
         pytest.skip("a portable build is linked with the toolchain's start files")
-    assert _has_cet_note(SO), readelf("-n", SO)
+    assert _has_cet_note(so), readelf("-n", so)
 
 
 @pytest.mark.build

@@ -13,7 +13,7 @@ import pytest
 from conftest import FILL, guarded
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _fast
 
 np = pytest.importorskip("numpy")
 hypothesis = pytest.importorskip("hypothesis")
@@ -177,23 +177,8 @@ def test_many_bad_arguments():
     assert b == bytearray(b"\x01" * 10)
 
 
-class _SpyLib:
-    """Stands in for the native lib so a test can act while a job runs."""
-
-    def __init__(self, lib, during):
-        self._lib = lib
-        self._during = during
-
-    def __getattr__(self, name):
-        return getattr(self._lib, name)
-
-    def cp_job_run(self, job, budget):
-        self._during()
-        return self._lib.cp_job_run(job, budget)
-
-
 @pytest.mark.parametrize("with_strided", [False, True])
-def test_many_holds_the_buffers_while_clearing(monkeypatch, with_strided):
+def test_many_holds_the_buffers_while_clearing(with_strided):
     """While the native job runs (without the GIL) no other thread may
     resize a bytearray or close an mmap out from under it."""
     ba = bytearray(b"\x01" * 100_000)
@@ -208,9 +193,16 @@ def test_many_holds_the_buffers_while_clearing(monkeypatch, with_strided):
             except BufferError:
                 results.append("refused")
 
-    monkeypatch.setattr(_core, "lib", _SpyLib(_core.lib, during))
+    def hook(where, routine, nbytes):
+        if where == "slice" and not results:
+            during()
+
     pieces = [ba, m] + ([np.ones(10)[::2]] if with_strided else [])
-    cp.clear_many(pieces)
+    _fast._set_debug_hook(hook)
+    try:
+        cp.clear_many(pieces)
+    finally:
+        _fast._set_debug_hook(None)
     assert results[:2] == ["refused", "refused"]
     assert len(ba) == 100_000 and not any(ba)
     del pieces

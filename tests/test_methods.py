@@ -11,7 +11,7 @@ import pytest
 from conftest import FILL, check_guarded, guarded, run_python
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _dispatch
 
 np = pytest.importorskip("numpy")
 hypothesis = pytest.importorskip("hypothesis")
@@ -102,7 +102,7 @@ def test_methods_are_a_subset_in_table_order():
 def test_methods_follow_features():
     feats = cp.cpu().features
     for r in cp.ROUTINES:
-        if r.name in _core._state.built:
+        if r.name in _dispatch.state().built:
             assert (r.name in cp.methods()) == (r.requires <= feats), r.name
 
 
@@ -163,7 +163,7 @@ def test_unavailable_methods_raise_unsupported():
     for name, results in out.items():
         feature = "".join(sorted(cp.ROUTINES[cp.ALL_METHODS.index(name)].requires))
         # A portable build lacks the routine itself, whatever the CPU has.
-        why = feature if name in _core._state.built else "not in this build"
+        why = feature if name in _dispatch.state().built else "not in this build"
         for msg in results:
             assert msg != "ran", name
             assert name in msg and why in msg, msg
@@ -176,7 +176,7 @@ def test_disabled_features_make_methods_unsupported():
     assert not {"avx512_nt", "avx2_nt", "clzero"} & set(left)
     for name, feature in (("avx512_nt", "avx512f"), ("avx2_nt", "avx2")):
         for msg in out[name]:
-            if name not in _core._state.built:
+            if name not in _dispatch.state().built:
                 assert "not in this build" in msg, msg
                 continue
             assert feature in msg, msg

@@ -8,6 +8,7 @@ import ast
 import platform
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from clearpages._routines import ROUTINES
 
 PKG = Path(clearpages.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "csrc").glob("*.c")) + sorted((ROOT / "asm").glob("*.S"))
+SOURCES = (sorted((ROOT / "csrc").glob("*.c")) + sorted((ROOT / "csrc" / "pyext").glob("*.c"))
+           + sorted((ROOT / "asm").glob("*.S")))
 
 IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 NATIVE_BUILD = hasattr(_native.lib, "cp_clear_rep_stosb")
@@ -62,6 +64,17 @@ def test_stub_declares_nothing_the_native_module_lacks():
     assert not extra, "not in the native module: %s" % ", ".join(sorted(extra))
 
 
+def test_fast_stub_matches_the_extension():
+    from clearpages import _fast
+
+    tree = ast.parse((PKG / "_fast.pyi").read_text())
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {n.target.id for n in tree.body
+              if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    public = {n for n in dir(_fast) if not n.startswith("__")}
+    assert public == names, public ^ names
+
+
 def test_stub_ffi_methods_exist():
     _, ffi_names = _stub_names()
     for name in ffi_names:
@@ -87,3 +100,30 @@ def test_source_compiles_without_warnings(source, tmp_path):
            + _ffi_build.COMPILE_ARGS + [str(source), "-o", str(obj)])
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+def test_license_is_spdx():
+    """PEP 639: the SPDX expression and license-files (the table form is
+    deprecated by setuptools and stops building after 2027-02-18)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'license = "MIT"' in text and 'license-files = ["LICENSE"]' in text
+    assert "setuptools>=77" in text
+
+
+@pytest.mark.build
+def test_wheel_build_prints_no_deprecation_warning(tmp_path):
+    import setuptools
+
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip("setuptools %s predates the SPDX license field" % setuptools.__version__)
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        "build", "dist", "*.so", "__pycache__", ".git", "*.egg-info", "_native.c"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--no-build-isolation", "-w", str(tmp_path / "dist"), "-v", "."],
+                          cwd=src, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout + done.stderr
+    bad = [ln for ln in out.splitlines() if "deprecat" in ln.lower()]
+    assert not bad, bad
+    assert list((tmp_path / "dist").glob("clearpages-*.whl"))

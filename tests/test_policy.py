@@ -10,7 +10,7 @@ import pytest
 from test_cpu import ICE, ICE_NO_ZMM, MILAN, OLD, XCR0_AVX512, XCR0_SSE, ice_lake_leaves
 
 import clearpages as cp
-from clearpages import _config, _cpu, _policy
+from clearpages import _config, _cpu, _dispatch, _fast, _policy
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ALL = frozenset(cp.ALL_METHODS)
@@ -278,11 +278,9 @@ def test_plan_bad_threads(bad):
 def test_what_runs_is_what_plan_says(config, env):
     """The routine, threads and chunk the clearing functions use are the
     ones plan() reports, for every size, piece count and thread setting."""
-    from clearpages import _core
-
-    if env.get("CLEARPAGES_METHOD", "libc") not in _core._state.built:
+    if env.get("CLEARPAGES_METHOD", "libc") not in _dispatch.state().built:
         pytest.skip("CLEARPAGES_METHOD=%s: %s" % (env["CLEARPAGES_METHOD"],
-                                                    _core._state.missing(env["CLEARPAGES_METHOD"])))
+                                                    _dispatch.state().missing(env["CLEARPAGES_METHOD"])))
     config(env)
     th = cp.thresholds()
     sizes = [0, 1, 2047, 2048, 4096, 1000, 1 * MiB, th.nt_min - 1, th.nt_min,
@@ -293,5 +291,5 @@ def test_what_runs_is_what_plan_says(config, env):
         for count in (1, 3, 4096):
             for threads in (1, 2, 7, "auto"):
                 p = cp.plan(n, count=count, threads=threads)
-                got = _core._routine("auto", n, count, threads)
+                got = _fast.decide(n, count, threads)
                 assert got == (p.method, p.threads, p.chunk), (n, count, threads, p)

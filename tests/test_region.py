@@ -6,7 +6,6 @@ import contextlib
 import gc
 import os
 import pickle
-import sys
 import threading
 
 import pytest
@@ -108,15 +107,50 @@ def test_numpy_frombuffer_shares_the_memory():
         del a, b
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
-def test_buffer_protocol_on_312():
-    with cp.Region(4096) as r:
+def test_a_region_is_a_buffer():
+    """On every supported Python, not only 3.12+ (__buffer__): the native
+    base type exports the memory and counts the exports itself."""
+    np = pytest.importorskip("numpy")
+    with cp.Region(8192) as r:
         m = memoryview(r)
+        assert (m.format, m.itemsize, m.nbytes, m.readonly) == ("B", 1, 8192, False)
         m[0] = 7
+        assert r._exports == 1
         with pytest.raises(BufferError):
             r.close()
+        with pytest.raises(BufferError, match="resize"):
+            r.resize(16384)
+        with pytest.raises(BufferError, match="move"):
+            r.move("pte")
         m.release()
+        a = np.frombuffer(r, dtype=np.uint8)
+        assert a[0] == 7 and a.ctypes.data == r.address and a.flags.writeable
+        del a
+        assert bytes(r)[:2] == b"\x07\x00" and len(bytes(r)) == 8192
         assert r.view()[0] == 7
+        cp.clear(r)
+        cp.clear_many([r, r])
+        assert not any(bytes(r))
+        assert r._exports == 0
+        r.resize(16384)         # nothing left exported
+
+
+def test_region_needs_no_ctypes_array():
+    import clearpages._region as region_module
+
+    assert "ctypes" not in vars(region_module)
+    r = cp.Region(4096)
+    assert not hasattr(r, "_array")
+    r.close()
+
+
+def test_closed_region_is_no_buffer():
+    r = cp.Region(4096)
+    r.close()
+    with pytest.raises(ValueError, match="closed"):
+        memoryview(r)
+    with pytest.raises(ValueError, match="closed"):
+        cp.clear(r)
 
 
 def test_new_pages_read_zero():
@@ -163,12 +197,25 @@ def test_a_released_view_does_not_block_close():
 def test_a_native_clear_in_flight_holds_the_memory():
     # What clearpages.clear holds while the native call runs: closing from
     # another thread meanwhile must refuse, not unmap under the routine.
+    from clearpages import _fast
+
     r = cp.Region(4096)
-    ptr, n = r._clearpages_extent()
-    assert n == 4096
-    with pytest.raises(BufferError):
-        r.close()
-    del ptr
+    seen = []
+
+    def hook(where, routine, nbytes):
+        assert r._exports == 1
+        with pytest.raises(BufferError):
+            r.close()
+        seen.append(where)
+
+    _fast._set_debug_hook(hook)
+    try:
+        cp.clear(r)
+        cp.clear_many([r])
+    finally:
+        _fast._set_debug_hook(None)
+    assert "call" in seen and "acquired" in seen
+    assert r._exports == 0
     r.close()
 
 

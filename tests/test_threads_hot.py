@@ -15,7 +15,7 @@ import pytest
 from conftest import FILL, ROOT, check_guarded, guarded, needs_native
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _dispatch, _fast
 from clearpages._routines import BY_NAME
 
 np = pytest.importorskip("numpy")
@@ -47,11 +47,11 @@ def test_threads_every_method(any_method, n, threads):
 
 def test_threads_maximum():
     whole, view, start = guarded(np, 1 * MiB + 1, 1)
-    cp.clear(view, threads=_core.lib.CP_MAX_THREADS)
+    cp.clear(view, threads=_fast.MAX_THREADS)
     check_guarded(np, whole, start, len(view))
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, False, 1.5, 1000, _core.lib.CP_MAX_THREADS + 1,
+@pytest.mark.parametrize("bad", [0, -1, True, False, 1.5, 1000, _fast.MAX_THREADS + 1,
                                  "2", "AUTO", "", None, [2]])
 def test_threads_bad_values(bad):
     buf = bytearray(b"\x01" * 100)
@@ -77,35 +77,33 @@ def test_chunked_larger_than_a_chunk(threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_chunked_one_unit_per_slice(monkeypatch, method, threads):
+def test_chunked_one_unit_per_slice(config, monkeypatch, method, threads):
     """A zero time budget: every native slice clears one unit per thread and
     comes back to Python; the result is the same."""
-    monkeypatch.setattr(_core, "SLICE_NS", 0)
+    st = _dispatch.state()
+    monkeypatch.setattr(_dispatch, "SLICE_NS", 0)
     # Small units, so that a few MiB make a job of many of them.
-    monkeypatch.setattr(_core._state, "thresholds",
-                        dataclasses.replace(cp.thresholds(), chunk=64 * KiB))
-    monkeypatch.setattr(_core._state, "fast_limit", 64 * KiB)   # the lean path's copy
+    monkeypatch.setattr(st, "thresholds", dataclasses.replace(cp.thresholds(), chunk=64 * KiB))
+    st.configure_native()           # the config fixture restores the real one
     n = 6 * MiB + 4099
     whole, view, start = guarded(np, n, 4095)
     calls = []
-    real = _core.lib
 
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(real, name)
+    def watch(where, routine, nbytes):
+        if where == "slice":
+            calls.append(nbytes)
 
-        def cp_job_run(self, job, budget):
-            calls.append(budget)
-            return real.cp_job_run(job, budget)
-
-    monkeypatch.setattr(_core, "lib", Counting())
-    cp.clear(view, method=method, threads=threads)
-    check_guarded(np, whole, start, n)
-    assert len(calls) >= -(-n // (64 * KiB)) // threads     # back between slices
-    calls.clear()
-    _pool, pview, _pstart = guarded(np, 600 * 4096, 0)
-    pages = np.arange(600)[::-1][::2]
-    cp.clear_pages(pview, pages, method=method, threads=threads)
+    _fast._set_debug_hook(watch)
+    try:
+        cp.clear(view, method=method, threads=threads)
+        check_guarded(np, whole, start, n)
+        assert len(calls) >= -(-n // (64 * KiB)) // threads     # back between slices
+        calls.clear()
+        _pool, pview, _pstart = guarded(np, 600 * 4096, 0)
+        pages = np.arange(600)[::-1][::2]
+        cp.clear_pages(pview, pages, method=method, threads=threads)
+    finally:
+        _fast._set_debug_hook(None)
     rows = pview.reshape(600, 4096)
     assert not rows[pages].any()
     assert len(calls) >= 2
@@ -154,22 +152,26 @@ def test_hot_outside_the_buffer_is_a_value_error(hot):
     assert b == bytearray(b"\x01" * 100)
 
 
-def test_hot_is_cleared_last_with_ordinary_stores(monkeypatch):
+def test_hot_is_cleared_last_with_ordinary_stores():
     """The cold part goes first (streaming for auto), the hot range last,
     through a temporal routine, whatever the method asked for."""
     events = []
-    real_run, real_one = _core._run, _core._clear_one
 
-    def run(job, name, chunk, threads):
-        events.append(("cold", name, _core.lib.cp_job_total(job)))
-        real_run(job, name, chunk, threads)
+    def watch(where, routine, nbytes):
+        if where == "acquired":
+            return
+        if where == "slice" and events and events[-1][0] == "cold":
+            return      # the same job's next slice
+        events.append(("cold" if where == "slice" else "hot", routine, nbytes))
 
-    def one(ptr, n, name, threads, chunk):
-        events.append(("hot", name, n))
-        real_one(ptr, n, name, threads, chunk)
+    _fast._set_debug_hook(watch)
+    try:
+        _hot_events(events)
+    finally:
+        _fast._set_debug_hook(None)
 
-    monkeypatch.setattr(_core, "_run", run)
-    monkeypatch.setattr(_core, "_clear_one", one)
+
+def _hot_events(events):
     n = 4 * MiB
     for method in ("auto",) + cp.methods():
         events.clear()

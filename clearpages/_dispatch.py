@@ -1,0 +1,171 @@
+"""The dispatch state: one owner, built on first use, never at import.
+
+Everything read once (the CPU, the CLEARPAGES_* variables, the calibration,
+the thresholds, the routines this machine runs) lives in one :class:`State`.
+:func:`state` builds it the first time anything needs it and configures the
+native entry (``clearpages._fast``) from the one routing function
+(``_policy.routing``); :func:`reload` replaces it whole, or not at all.
+Other modules read it through :func:`state` and its named fields; none
+keeps a copy.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import _adapt, _calibration, _config, _cpu, _fast, _native, _policy
+from ._errors import UnsupportedMethod
+from ._native import ffi, lib
+from ._routines import BY_NAME, ROUTINES
+
+#: How long one native time slice may run before Python gets control back
+#: (signal handlers, KeyboardInterrupt).  Ctrl-C is answered within a slice
+#: plus one chunk.
+SLICE_NS = 40_000_000
+
+
+class State:
+    """Everything read once: the CPU, the variables, the thresholds, the routines."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        raw_cpu = _cpu.probe()
+        config = (_config.read(env, _cpu.FEATURE_NAMES) if env is not None
+                  else _config.read_environ(_cpu.FEATURE_NAMES))
+        self.config = config
+        self.raw_cpu = raw_cpu
+        self.cpu = raw_cpu.without(config.disable)
+        self.built = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
+        self.methods = tuple(r.name for r in ROUTINES
+                             if _policy.usable(r.name, self.cpu, self.built))
+        #: name -> the cffi function (benchmarks and calibration call it
+        #: directly), and its address as a cffi pointer.
+        self.direct = {name: getattr(lib, BY_NAME[name].symbol) for name in self.methods}
+        self.pointer = {name: ffi.addressof(lib, BY_NAME[name].symbol)
+                        for name in self.methods}
+        #: The entry a job calls (a streaming routine's unfenced one), for
+        #: tests and benchmarks that drive cp_job_* themselves.
+        self.job_pointer = {name: ffi.addressof(lib, BY_NAME[name].unfenced or
+                                                BY_NAME[name].symbol)
+                            for name in self.methods}
+        th = _policy.default_thresholds(self.cpu, self.built)
+        self.calibration = _calibration.load(self.cpu, self.methods, config.calibration, th)
+        if self.calibration is not None:
+            th = self.calibration.thresholds
+        if config.nt_threshold is not None:
+            th = _policy.with_nt_threshold(th, config.nt_threshold)
+        th = _policy.with_adaptive_band(self.cpu, th)
+        self.thresholds = th
+        self.forced = config.method
+        if self.forced is not None:
+            self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
+        self.routing = _policy.routing(th, self.forced)
+        self.set_adaptive(config.adapt)
+
+    def set_adaptive(self, on: bool) -> None:
+        """Whether auto adapts (configure_native() tells the learner and C)."""
+        th = self.thresholds
+        self.adapt_on = bool(on) and _adapt.AVAILABLE
+        active = (self.adapt_on and self.forced is None
+                  and th.adapt_min < th.adapt_max)
+        # Single auto clears of adapt_lo <= n < adapt_hi bytes are timed
+        # (both 0 when not adapting: no size is in the band).
+        self.adapt_lo, self.adapt_hi = (th.adapt_min, th.adapt_max) if active else (0, 0)
+
+    def configure_native(self) -> None:
+        """Make this the routing the native entry and the learner follow
+        (the learner forgets what it learned)."""
+        th, rt = self.thresholds, self.routing
+        _adapt.configure(th, self.adapt_lo < self.adapt_hi)
+        # Jobs call a streaming routine's unfenced entry for every extent and
+        # fence once per thread: a fence per 4 KiB page cost a third of the
+        # throughput of scattered pages.
+        routines = tuple((r.name, bool(r.unfenced), r.temporal, r.name in self.methods)
+                         for r in ROUTINES)
+        _fast.configure(
+            native_path=_native.__file__, routines=routines, small=rt.small,
+            temporal=rt.temporal, streaming=rt.streaming, forced=rt.forced,
+            vector_max=min(rt.vector_max, _policy.NEVER),
+            nt_min=min(rt.nt_min, _policy.NEVER), chunk=th.chunk,
+            thread_min=th.thread_min, most_threads=self.most_threads(),
+            gil_min=_policy.GIL_RELEASE_MIN, slice_ns=SLICE_NS,
+            adapt_lo=self.adapt_lo, adapt_hi=self.adapt_hi, long=rt.long or None,
+            long_min=min(rt.long_min, _policy.NEVER))
+
+    def most_threads(self) -> int:
+        """The most threads threads="auto" may choose."""
+        return min(self.thresholds.max_threads or self.cpu.cores, self.cpu.cores)
+
+    def missing(self, name: str) -> str | None:
+        """Why this machine cannot run the routine, or None if it can."""
+        r = BY_NAME[name]
+        if name not in self.built:
+            return "%s is not in this build (a portable build has only libc)" % name
+        for feat in sorted(r.requires):
+            if feat in self.cpu.disabled:
+                return "%s needs %s, masked by CLEARPAGES_DISABLE" % (name, feat)
+            if feat in self.raw_cpu.os_disabled:
+                return ("%s needs %s, which the CPU has but the OS has not enabled "
+                        "(its register state is off in XCR0)" % (name, feat))
+            if feat not in self.cpu.features:
+                return "%s needs %s, which this CPU lacks" % (name, feat)
+        return None
+
+    def check(self, what: str, name: str) -> None:
+        why = self.missing(name)
+        if why is not None:
+            raise UnsupportedMethod("%s: %s" % (what, why))
+
+
+_current: State | None = None
+_lock = threading.Lock()
+
+# A bad CLEARPAGES_* value stops the import, naming the variable (reading
+# the environment is no I/O; the CPU, the calibration file and the routing
+# wait for first use).
+_config.read_environ(_cpu.FEATURE_NAMES)
+
+
+def state() -> State:
+    """The dispatch state, built (and the native entry configured) on first use."""
+    st = _current
+    if st is None:
+        st = _build(None)
+    return st
+
+
+def _build(env: dict[str, str] | None, replace: bool = False) -> State:
+    global _current
+    with _lock:
+        if _current is not None and not replace:
+            return _current
+        st = State(env)         # raises on a bad variable: nothing changes then
+        st.configure_native()
+        _current = st
+        return st
+
+
+def reload(env: dict[str, str] | None = None) -> None:
+    """Read the CLEARPAGES_* variables (and the calibration) again."""
+    _build(env, replace=True)
+
+
+def set_adaptive(on: bool) -> None:
+    """Turn adaptive auto on or off in the current state (until reload)."""
+    state()
+    with _lock:
+        st = _current
+        assert st is not None
+        st.set_adaptive(on)
+        st.configure_native()
+
+
+def built() -> bool:
+    """Whether the state exists yet (nothing builds it at import)."""
+    return _current is not None
+
+
+def init_native() -> Any:
+    """The native entry's first-use hook."""
+    state()
+    return None

@@ -1,0 +1,347 @@
+"""The native entry (clearpages._fast): one C call per public call, which
+owns every buffer it acquires from the first to the last instruction.
+
+Callers that fight back: sequences changed by an item's __index__ or
+__buffer__ while C walks them, signal handlers that raise between two
+native steps, and exceptions that are not refusals (KeyboardInterrupt,
+MemoryError) coming out of a buffer or an index.  Crash cases run in a
+subprocess, so a regression shows as a failed test, not a dead runner."""
+
+from __future__ import annotations
+
+import array
+import gc
+import mmap
+import signal
+import sys
+import textwrap
+import typing
+
+import pytest
+from conftest import run_python
+
+import clearpages as cp
+from clearpages import _dispatch, _fast, _policy
+
+np = pytest.importorskip("numpy")
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def _run_isolated(code: str) -> str:
+    done = run_python(textwrap.dedent(code), timeout=120)
+    assert done.returncode == 0, "rc %d\n%s" % (done.returncode, done.stderr[-3000:])
+    return done.stdout
+
+
+# ---- sequences changed while C walks them -------------------------------------
+
+
+def test_pages_list_emptied_by_an_items_index():
+    """Evil.__index__ empties the list C is reading: no crash, the pages as
+    they were when the call began are cleared."""
+    out = _run_isolated("""
+        import clearpages as cp
+        pages = None
+        class Evil:
+            def __index__(self):
+                pages.clear()
+                return 0
+        buf = bytearray(b"\\x01" * (64 * 4096))
+        pages = [Evil()] + list(range(1, 60))
+        cp.clear_pages(buf, pages)
+        assert buf.count(0) == 60 * 4096, buf.count(0)
+        assert pages == []
+        pages = (Evil(),) + tuple(range(1, 3))
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_pages_list_grown_and_shrunk_by_index():
+    out = _run_isolated("""
+        import clearpages as cp
+        import gc
+        state = {}
+        class Evil:
+            def __index__(self):
+                lst = state["pages"]
+                del lst[1:]
+                lst.extend(object() for _ in range(1000))
+                gc.collect()
+                return 1
+        for _ in range(50):
+            buf = bytearray(b"\\x01" * (8 * 4096))
+            state["pages"] = pages = [0, Evil(), 2, 3]
+            cp.clear_pages(buf, pages)
+            assert buf[:4 * 4096] == bytes(4 * 4096) and buf.count(0) == 4 * 4096
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
+def test_many_list_emptied_by_an_items_buffer():
+    out = _run_isolated("""
+        import gc
+        import clearpages as cp
+        bufs = None
+        class Evil:
+            def __init__(self):
+                self.b = bytearray(b"\\x01" * 4096)
+            def __buffer__(self, flags):
+                bufs.clear()
+                gc.collect()
+                return memoryview(self.b)
+        keep = [bytearray(b"\\x02" * 100) for _ in range(50)]
+        for _ in range(20):
+            bufs = [Evil()] + list(keep)
+            first = bufs[0]
+            cp.clear_many(bufs)
+            assert not any(first.b) and not any(any(k) for k in keep)
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_many_generator_and_tuple_items_are_held():
+    """Items that exist only in the iterable (a generator) live until the
+    clear is done."""
+    made = []
+
+    def pieces():
+        for _ in range(100):
+            b = bytearray(b"\x03" * 1000)
+            made.append(b)
+            yield b
+
+    cp.clear_many(pieces())
+    assert len(made) == 100 and not any(any(b) for b in made)
+
+
+# ---- signals between native steps: nothing is left exported ------------------
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("where", ["acquired", "slice"])
+def test_an_exception_between_steps_releases_every_export(where):
+    """Deterministic form of a signal handler raising between two native
+    steps: the hook raises right after every buffer is acquired, or before
+    a slice of the job; every buffer is released all the same."""
+    bufs = [bytearray(b"\x01" * 4096) for _ in range(2000)]
+    m = mmap.mmap(-1, 4 * MiB)
+    r = cp.Region(2 * MiB)
+
+    def hook(w, routine, nbytes):
+        if w == where:
+            raise Boom(w)
+
+    _fast._set_debug_hook(hook)
+    try:
+        with pytest.raises(Boom):
+            cp.clear_many(bufs + [m, r])
+        with pytest.raises(Boom):
+            cp.clear_pages(m, list(range(0, 1024, 3)))
+        with pytest.raises(Boom):
+            cp.clear(r, threads=2)
+        if where == "slice":
+            with pytest.raises(Boom):
+                cp.clear(bytearray(64 * MiB))
+    finally:
+        _fast._set_debug_hook(None)
+    for b in bufs:
+        b.extend(b"x")          # BufferError if an export were left
+    m.resize(8 * MiB)
+    m.close()
+    r.resize(4 * MiB)
+    r.close()
+
+
+def test_sigalrm_raising_during_clear_many():
+    """The reported case: a SIGALRM handler raises while clear_many of many
+    bytearrays runs; afterwards every bytearray resizes and a Region closes."""
+    out = _run_isolated("""
+        import signal
+        import clearpages as cp
+        class Alarm(Exception):
+            pass
+        def handler(signum, frame):
+            raise Alarm()
+        signal.signal(signal.SIGALRM, handler)
+        hits = 0
+        r = cp.Region(1 << 21)
+        bufs = [bytearray(64) for _ in range(300_000)] + [r]
+        for delay in (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2):
+            for _ in range(3):
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, delay)
+                    cp.clear_many(bufs)
+                    cp.clear_many(bufs, threads=2)
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                except Alarm:
+                    hits += 1
+        for b in bufs[:-1]:
+            b.extend(b"x")
+        r.close()
+        print("ok", hits)
+    """)
+    assert out.startswith("ok"), out
+
+
+# ---- errors that are not refusals propagate -----------------------------------
+
+
+class Interrupting:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, MemoryError, RuntimeError])
+def test_index_errors_are_not_swallowed(exc):
+    buf = bytearray(b"\x01" * 8192)
+    with pytest.raises(exc):
+        cp.clear_pages(buf, [0, Interrupting(exc())])
+    with pytest.raises(exc):
+        cp.clear_pages(buf, (Interrupting(exc()),))
+    assert buf == bytearray(b"\x01" * 8192)      # nothing written
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, MemoryError, RuntimeError])
+def test_buffer_errors_are_not_swallowed(exc):
+    class Raising:
+        def __buffer__(self, flags):
+            raise exc()
+
+    good = bytearray(b"\x01" * 100)
+    for call in (lambda: cp.clear(Raising()), lambda: cp.clear_many([good, Raising()]),
+                 lambda: cp.clear_pages(Raising(), [0])):
+        with pytest.raises(exc):
+            call()
+    assert good == bytearray(b"\x01" * 100)
+    good.extend(b"x")
+
+
+def test_refusals_still_explain():
+    for bad in (b"read-only", object(), memoryview(bytearray(10)).toreadonly()):
+        with pytest.raises(TypeError):
+            cp.clear(bad)
+        with pytest.raises(TypeError, match="buffer 1"):
+            cp.clear_many([bytearray(1), bad])
+
+
+# ---- the one native path: every method, every form ----------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 4096, 64 * KiB - 1, 64 * KiB, 3 * MiB + 3])
+def test_every_form_clears(any_method, n):
+    for kw in ({}, {"method": any_method}, {"method": any_method, "threads": 2},
+               {"method": any_method, "threads": "auto"},
+               {"method": any_method, "hot": (0, n // 2)}):
+        b = bytearray(b"\x01" * n)
+        cp.clear(b, **kw)
+        assert b.count(0) == n, kw
+
+
+def test_arguments_that_are_normalized():
+    """Forms the native parser leaves to Python, which normalizes and calls back."""
+    class IntSub(int):
+        pass
+
+    class StrSub(str):
+        pass
+
+    b = bytearray(b"\x01" * 10000)
+    cp.clear(b, threads=IntSub(2))
+    cp.clear(b, hot=[0, 100])
+    cp.clear(b, method=StrSub("libc"))
+    cp.clear_many([b], threads=IntSub(2))
+    cp.clear_pages(b, range(2), page_size=IntSub(4096))
+    cp.clear_pages(b, array.array("i", [0, 1]))
+    cp.clear_pages(b, np.array([1, 0], dtype=np.uint16))
+    cp.clear_pages(b, np.array([[0], [1]])[:, 0])
+    assert not any(b)
+
+
+def test_keyword_and_positional_errors_are_type_errors():
+    b = bytearray(10)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        cp.clear(b, methd="libc")
+    with pytest.raises(TypeError, match="positional"):
+        cp.clear(b, "libc")
+    with pytest.raises(TypeError, match="missing"):
+        cp.clear()
+    with pytest.raises(TypeError, match="multiple"):
+        cp.clear(b, buf=b)
+    cp.clear(buf=b)
+    cp.clear_pages(buf=b, pages=[0], page_size=5)
+
+
+def test_small_clears_keep_the_gil_large_ones_release_it():
+    """The threshold is the policy's named one, within the few-microsecond
+    range (64-256 KiB)."""
+    assert 64 * KiB <= _policy.GIL_RELEASE_MIN <= 256 * KiB
+    cp.clear(bytearray(1))
+    assert _fast.settings()["gil_min"] == _policy.GIL_RELEASE_MIN
+
+
+def test_adaptation_band_is_the_states(config):
+    """The native entry times auto clears in the band the state chose, and
+    in none with CLEARPAGES_ADAPT=0."""
+    config({})
+    st, s = _dispatch.state(), _fast.settings()
+    assert (s["adapt_lo"], s["adapt_hi"]) == (st.adapt_lo, st.adapt_hi)
+    config({"CLEARPAGES_ADAPT": "0"})
+    s = _fast.settings()
+    assert s["adapt"] == 0 and s["adapt_lo"] == s["adapt_hi"] == 0
+
+
+# ---- the public API's types and exceptions --------------------------------------
+
+
+def test_every_exception_is_exported():
+    assert issubclass(cp.ConfigError, ValueError)
+    assert issubclass(cp.UnsupportedMethod, RuntimeError)
+    assert issubclass(cp.PageIndexError, IndexError)
+    assert issubclass(cp.HugePagesUnavailable, OSError)
+    for name in ("ConfigError", "UnsupportedMethod", "PageIndexError", "HugePagesUnavailable"):
+        assert name in cp.__all__
+    with pytest.raises(cp.ConfigError, match="CLEARPAGES_METHOD"):
+        cp.reload_config({"CLEARPAGES_METHOD": "nope"})
+    cp.reload_config()
+
+
+def test_method_literal_is_the_routine_table():
+    assert set(typing.get_args(cp.Method)) == {"auto", "discard", *cp.ALL_METHODS}
+    assert "auto" in typing.get_args(typing.get_args(cp.Threads)[1])
+
+
+def test_the_state_has_one_owner():
+    st = _dispatch.state()
+    assert st is _dispatch.state()
+    cp.reload_config({"CLEARPAGES_NT_THRESHOLD": "4096"})
+    try:
+        assert _dispatch.state() is not st
+        assert _fast.route(4096) == cp.thresholds().streaming
+    finally:
+        cp.reload_config()
+
+
+def test_no_leftover_exports_under_gc_pressure():
+    gc.collect()
+    b = bytearray(4096)
+    for _ in range(1000):
+        cp.clear(b)
+        cp.clear_many([b, b])
+        cp.clear_pages(b, [0])
+    b.extend(b"x")
+
+
+def test_signal_module_is_untouched():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
