@@ -33,12 +33,12 @@ def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
     direct = _core._state.direct
     ptr = ffi.cast("char *", buf.addr)
     cands = {
-        "auto": lambda: cp.clear(view),
+        "auto": lambda v=view: cp.clear(v),
         "memset (one call)": lambda: ctypes.memset(buf.addr, 0, size),
     }
     for name in ("rep_stosb", "libc"):
         if name in cp.methods():
-            cands["clear(method=%s)" % name] = (lambda n=name: cp.clear(view, method=n))
+            cands["clear(method=%s)" % name] = (lambda n=name, v=view: cp.clear(v, method=n))
             cands["%s (one direct call)" % name] = (lambda n=name: direct[n](ptr, size))
     names = list(cands)
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -49,7 +49,7 @@ def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
             cands[n]()
             times[n].append(time.perf_counter() - t0)
     gbps = {n: size / statistics.median(t) / 1e9 for n, t in times.items()}
-    del view, cands
+    cands.clear()
     buf.close()
     rows = [[n, "%.1f" % g] for n, g in gbps.items()]
     goals = [("auto / memset (one call)", gbps["auto"] / gbps["memset (one call)"], 0.95)]
