@@ -433,7 +433,8 @@ static int grab(struct cp_job *job, size_t want, size_t *lo, size_t *hi)
         if (w > job->unit && !resident(job, cur, cur + w))
             w = job->unit;
         size_t stop = cur + w;
-        stop -= stop % SPLIT_ALIGN;
+        if (stop < job->end)
+            stop -= stop % SPLIT_ALIGN;
         if (stop <= cur)
             stop = cur - cur % SPLIT_ALIGN + SPLIT_ALIGN;
         if (stop > job->end)

@@ -7,6 +7,7 @@ fails, or a foreign mapping appears where another thread could map one."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import signal
 
@@ -437,3 +438,85 @@ def test_populate_fallback_touches_every_base_page(inject):
         assert lib.cp_region_populate(r.address, r.size, 2 * MiB, lib.CP_REGION_THP) == 0
         assert lib.cp_inject_fired(lib.CP_INJECT_POPULATE) == 1
         assert r.backing().rss == 8 * MiB
+
+
+# ---- units sized by time, memory not yet faulted in by the chunk -------------
+
+def _spy_job(buf_ptr, n, unit):
+    """A job over one extent whose routine records the lengths it is given."""
+    import ctypes
+
+    calls = []
+
+    @ffi.callback("void(void *, size_t)")
+    def routine(dst, length):
+        calls.append(length)
+        ctypes.memset(int(ffi.cast("uintptr_t", dst)), 0, length)
+
+    job = lib.cp_job_new(ffi.new("char *[]", [buf_ptr]), ffi.new("size_t[]", [n]), 1)
+    assert lib.cp_job_configure(job, routine, unit, 1, 0) == 0
+    return job, calls, routine
+
+
+def _run_job(job):
+    try:
+        while True:
+            rc = lib.cp_job_run(job, 10**10)        # a 10 s slice: no deadline in reach
+            assert rc >= 0
+            if rc == 1:
+                return
+    finally:
+        lib.cp_job_free(job)
+
+
+def test_a_long_warm_extent_reaches_the_routine_in_few_calls():
+    n = 64 * MiB
+    buf = bytearray(b"\x01") * n
+    c = ffi.from_buffer(buf)
+    job, calls, routine = _spy_job(ffi.cast("char *", c), n, 1 * MiB)
+    _run_job(job)
+    # Unknown speed: 1 MiB first, then growing (at most 8 times a step).
+    assert calls[0] <= 1 * MiB and sum(calls) == n and len(calls) <= 6, calls
+    assert max(calls) >= 16 * MiB, calls
+    assert lib.cp_job_rate(routine) > 0
+    # The speed is known now: the whole resident extent in one call.
+    buf[:] = b"\x01" * n
+    calls.clear()
+    job = lib.cp_job_new(ffi.new("char *[]", [ffi.cast("char *", c)]),
+                         ffi.new("size_t[]", [n]), 1)
+    lib.cp_job_configure(job, routine, 1 * MiB, 1, 0)
+    _run_job(job)
+    assert calls == [n] and not any(buf[::4096]), calls
+    del c
+
+
+def test_memory_not_faulted_in_goes_a_chunk_at_a_time():
+    """A fresh mapping clears 50-100 times slower than resident memory: a
+    unit sized from a warm speed would overrun the slice by far."""
+    import ctypes
+
+    n = 32 * MiB
+    calls = []
+
+    @ffi.callback("void(void *, size_t)")
+    def routine(dst, length):
+        calls.append(length)
+        ctypes.memset(int(ffi.cast("uintptr_t", dst)), 0, length)
+
+    warm = bytearray(n)
+    cw = ffi.from_buffer(warm)
+    job = lib.cp_job_new(ffi.new("char *[]", [ffi.cast("char *", cw)]),
+                         ffi.new("size_t[]", [n]), 1)
+    lib.cp_job_configure(job, routine, 1 * MiB, 1, 0)
+    _run_job(job)
+    assert lib.cp_job_rate(routine) > 0
+    calls.clear()
+    m = mmap.mmap(-1, n)            # nothing of it faulted in yet
+    cm = ffi.from_buffer(m)
+    job = lib.cp_job_new(ffi.new("char *[]", [ffi.cast("char *", cm)]),
+                         ffi.new("size_t[]", [n]), 1)
+    lib.cp_job_configure(job, routine, 1 * MiB, 1, 0)
+    _run_job(job)
+    assert sum(calls) == n and max(calls) <= 1 * MiB, calls[:8]
+    del cw, cm
+    m.close()
