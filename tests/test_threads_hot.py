@@ -97,7 +97,8 @@ def test_chunked_one_unit_per_slice(config, monkeypatch, method, threads):
     try:
         cp.clear(view, method=method, threads=threads)
         check_guarded(np, whole, start, n)
-        assert len(calls) >= -(-n // (64 * KiB)) // threads     # back between slices
+        # Back between slices; a last unit within a quarter of the rest takes it all.
+        assert len(calls) >= n // (64 * KiB) // threads
         calls.clear()
         _pool, pview, _pstart = guarded(np, 600 * 4096, 0)
         pages = np.arange(600)[::-1][::2]
