@@ -23,7 +23,7 @@ import pytest
 from conftest import run_python
 
 import clearpages as cp
-from clearpages import _core
+from clearpages import _dispatch
 
 ITERATIONS = int(os.environ.get("CLEARPAGES_HOSTILE_ITERATIONS", "30"))
 SEED = int(os.environ.get("CLEARPAGES_HOSTILE_SEED", str(int(time.time()))))
@@ -67,13 +67,14 @@ def _handler(signum, frame):
 
 
 @pytest.fixture
-def alarms(monkeypatch):
+def alarms(monkeypatch, config):
     """interrupt(delay, fn, *args, **kw): run fn with SIGALRM raising Alarm
     after delay seconds; True if it was interrupted.  Slices are short so that the
     signal often lands between them."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals need the main thread")
-    monkeypatch.setattr(_core, "SLICE_NS", 200_000)
+    monkeypatch.setattr(_dispatch, "SLICE_NS", 200_000)
+    _dispatch.state().configure_native()        # the config fixture restores it
     old = signal.signal(signal.SIGALRM, _handler)
 
     def interrupt(delay, fn, *args, **kw):
@@ -137,9 +138,6 @@ def test_signals_during_clear(alarms):
         _count("test_signals_during_clear")
 
 
-@pytest.mark.xfail(raises=BufferError, strict=False,
-                   reason="issue 10 item 2: a signal between cp_views_acquire and the try "
-                   "that releases the views leaks the exports (fixed by the native entry)")
 def test_signals_during_clear_many(alarms):
     rng = random.Random(SEED + 1)
     for _ in range(ITERATIONS):
@@ -403,8 +401,6 @@ def test_fork_during_and_after_threaded_clears():
 
 # ---- sequences that change while they are read -----------------------------
 
-_FIXED_BY = "issue 10 item 1: fixed by the native entry"
-
 _EVIL_INDEX = r"""
 import clearpages as cp
 class Evil:
@@ -445,14 +441,12 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(strict=True, run=False, reason=_FIXED_BY)
 def test_pages_list_emptied_by_index():
     r = run_python(_EVIL_INDEX, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
-@pytest.mark.xfail(strict=True, run=False, reason=_FIXED_BY)
 def test_buffer_list_emptied_by_buffer():
     r = run_python(_EVIL_BUFFER, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
