@@ -92,6 +92,9 @@ class Plan:
     method: str
     threads: int
     chunk: int
+    """Bytes: up to this much on one thread is one direct call; a job's first
+    unit per thread while the routine's speed is not yet measured, and its
+    unit over memory not yet faulted in.  Other units are sized by time."""
     reason: str
     nbytes: int = 0
     count: int = 1
@@ -102,7 +105,7 @@ class Plan:
     other routine (empty from decide(), which describes the static choice)."""
 
     def __str__(self) -> str:
-        return "%s, %d thread%s, %s chunks: %s" % (
+        return "%s, %d thread%s, %s first unit: %s" % (
             self.method, self.threads, "" if self.threads == 1 else "s",
             format_size(self.chunk), self.reason)
 

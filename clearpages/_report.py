@@ -32,7 +32,8 @@ DEFAULT_WHY = {
     "thread_min": "default: below it a second thread costs more (start-up, a cold core) "
                   "than it gains",
     "max_threads": "default: every CPU this process may run on",
-    "chunk": "Linux clears huge pages in 32 MiB chunks between reschedules",
+    "chunk": "a job's first unit until it has timed the routine (later units end by "
+             "the 40 ms slice deadline); Linux clears huge pages in 32 MiB chunks",
 }
 
 #: The thresholds ``info`` and ``bench`` report.
