@@ -55,19 +55,27 @@ class Learned:
                    "" if self.switches == 1 else "es"))
 
 
-def configure(th: Thresholds, enabled: bool) -> None:
-    """Set the learner's band from th (empty when not enabled); forgets all."""
+def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
+    """Set the learner's band from th (empty when not usable: a forced
+    method) and forget all; then turn it on or off (:func:`enable`)."""
     if not AVAILABLE:
         return
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
-    if enabled and th.adapt_min < th.adapt_max:
+    if usable and th.adapt_min < th.adapt_max:
         p.lo, p.hi = th.adapt_min, th.adapt_max
         p.nt_min = th.nt_min
         # "Cleared again soon": within a last-level cache's worth of band
         # clears, 4x the band's floor when no larger figure is known.
         p.reuse_bytes = max(th.adapt_max // 4, th.adapt_min)
     lib.cp_adapt_configure(p)
+    enable(enabled)
+
+
+def enable(on: bool) -> None:
+    """Adapt (True) or run the static choice (False), keeping what was learned."""
+    if AVAILABLE:
+        lib.cp_adapt_enable(int(bool(on)))
 
 
 def arms(th: Thresholds, nbytes: int) -> tuple[str, str]:

@@ -43,8 +43,8 @@ def set_adaptive(on: bool) -> None:
     """Turn adaptive auto on or off for this process (until reload_config).
 
     Off, method="auto" runs the static choice that :func:`plan` describes,
-    deterministically, as with CLEARPAGES_ADAPT=0.  Either way what was
-    learned is forgotten.
+    deterministically, as with CLEARPAGES_ADAPT=0.  What was learned is kept
+    and used again when it is turned back on; reload_config forgets it.
     """
     _dispatch.set_adaptive(bool(on))
 

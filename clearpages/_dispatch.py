@@ -72,11 +72,15 @@ class State:
         # (both 0 when not adapting: no size is in the band).
         self.adapt_lo, self.adapt_hi = (th.adapt_min, th.adapt_max) if active else (0, 0)
 
-    def configure_native(self) -> None:
+    def configure_native(self, forget: bool = True) -> None:
         """Make this the routing the native entry and the learner follow
-        (the learner forgets what it learned)."""
+        (forget: the learner forgets what it learned; else it only pauses
+        or resumes)."""
         th, rt = self.thresholds, self.routing
-        _adapt.configure(th, self.adapt_lo < self.adapt_hi)
+        if forget:
+            _adapt.configure(th, self.forced is None, self.adapt_lo < self.adapt_hi)
+        else:
+            _adapt.enable(self.adapt_lo < self.adapt_hi)
         # Jobs call a streaming routine's unfenced entry for every extent and
         # fence once per thread: a fence per 4 KiB page cost a third of the
         # throughput of scattered pages.
@@ -151,13 +155,14 @@ def reload(env: dict[str, str] | None = None) -> None:
 
 
 def set_adaptive(on: bool) -> None:
-    """Turn adaptive auto on or off in the current state (until reload)."""
+    """Turn adaptive auto on or off in the current state (until reload),
+    keeping what the learner learned."""
     state()
     with _lock:
         st = _current
         assert st is not None
         st.set_adaptive(on)
-        st.configure_native()
+        st.configure_native(forget=False)
 
 
 def built() -> bool:

@@ -87,6 +87,7 @@ struct recent {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_adapt_params params;
 static size_t band_lo, band_hi;
+static int enabled;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
 static struct recent ring[RING];
 static unsigned ring_next;
@@ -134,8 +135,18 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
     if (params.explore_burst > 16)
         params.explore_burst = 16;
     forget();
+    enabled = 1;
     __atomic_store_n(&band_lo, params.lo, __ATOMIC_RELAXED);
     __atomic_store_n(&band_hi, params.hi, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&lock);
+}
+
+void cp_adapt_enable(int on)
+{
+    pthread_mutex_lock(&lock);
+    __atomic_store_n(&band_lo, on ? params.lo : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&band_hi, on ? params.hi : 0, __ATOMIC_RELAXED);
+    enabled = on != 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -194,7 +205,7 @@ int cp_adapt_choose(size_t n, const void *addr)
         return -1;
     if (pthread_mutex_trylock(&lock) != 0)
         return -1;              /* another thread is choosing: static, unrecorded */
-    if (n < params.lo || n >= params.hi) {      /* reconfigured meanwhile */
+    if (!enabled || n < params.lo || n >= params.hi) {  /* changed meanwhile */
         pthread_mutex_unlock(&lock);
         return -1;
     }

@@ -61,6 +61,9 @@ void cp_adapt_configure(const struct cp_adapt_params *p);
 void cp_adapt_params(struct cp_adapt_params *out);
 /* Forget everything learned; keep the parameters. */
 void cp_adapt_reset(void);
+/* 0: every size is outside the band (the static choice), what was learned
+ * is kept; 1: the configured band again.  configure() turns it on. */
+void cp_adapt_enable(int on);
 
 /* Ticket for clearing n bytes at addr: < 0 outside the band, when off, or
  * when busy (run the static choice, record nothing); else ticket & 1 is the

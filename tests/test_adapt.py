@@ -419,6 +419,12 @@ def test_reload_config_forgets_what_was_learned(config):
         cp.clear(buf)
     assert _stat(n)
     assert "calls" in cp.plan(n, threads=1).learned
+    learned = _stat(n)
+    cp.set_adaptive(False)      # paused: kept, not timed, not changed
+    for _ in range(10):
+        cp.clear(buf)
+    cp.set_adaptive(True)
+    assert _stat(n) == learned
     cp.reload_config({})
     assert _stat(n) == []
     assert "nothing learned yet" in cp.plan(n, threads=1).learned
