@@ -4,8 +4,9 @@
  * Per size class (floor(log2(n))) and context (was this address cleared
  * within the last reuse_bytes of band clears?), two arms: temporal and
  * streaming, each with a cost in ns per byte.  The arm exploited follows
- * the median of its last five samples (two interrupts or page faults do
- * not count) in an exponential average weighing each new value
+ * the median of its last seven samples (three slow clears in a row, as
+ * after other work evicted the buffer, do not count) in an exponential
+ * average weighing each new value
  * 1/2**recency_shift; the arm explored, sampled rarely, is the median of
  * its last three samples itself, so an estimate from an older workload
  * never outvotes fresh samples.
@@ -13,10 +14,11 @@
  * The arm exploited is switched when the other's estimate is lower by more
  * than the hysteresis; the arm left behind then starts afresh.  The other
  * arm is explored once every `gap` calls.  After each exploration that
- * confirms the current arm the gap doubles (up to explore_max) and is never
- * shorter than (ratio - 1) / budget, where ratio is the other arm's cost
- * over the current one's: one exploration every gap calls then costs at
- * most `budget` of the time spent, however far apart the arms are.  An
+ * confirms the current arm the gap doubles and is never shorter than the
+ * exploration's cost (in calls of the current arm) / budget, both up to
+ * explore_max: one exploration every gap calls then costs at most `budget`
+ * of the time spent, unless one exploration costs more than
+ * explore_max * budget calls (5 at the defaults; ~5-7 measured).  An
  * exploration far off its arm's estimate (SURPRISE) is repeated after
  * explore_min calls before it counts: an outlier then costs one more
  * exploration, and a changed arm is seen two samples later, not one gap.
@@ -25,8 +27,9 @@
  * The routine run last on a buffer decides its cache state: streaming
  * stores leave it out of the cache, so the first ordinary-store clear after
  * them is a cold one even in a loop over one buffer.  So an exploration is
- * a burst of explore_burst calls of which only the last is timed as the
- * arm's steady cost, and a call whose arm differs from the previous call's
+ * a burst of at least explore_burst calls, longer while each call is
+ * faster than the one before (the cache still filling, up to BURST_MAX),
+ * of which only the last is timed as the arm's steady cost, and a call whose arm differs from the previous call's
  * in its context is a *transition*: its time goes to the arm's transition
  * estimate, not to its steady cost.  The cost of one
  * exploration is then the burst's steady excess plus both transitions, and
@@ -51,10 +54,13 @@
 #include "clearpages.h"
 #include "adapt.h"
 
-enum { RING = 16, WINDOW = 5, EXPLORED_WINDOW = 3, MAX_GAP = 1 << 20 };
+enum { RING = 16, WINDOW = 7, EXPLORED_WINDOW = 3 };
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
+/* A burst call this much faster than the one before: the cache still filling. */
+#define WARMING 1.10
+enum { BURST_MAX = 8 };
 
 struct arm_state {
     double est;                 /* ns per byte; valid when samples > 0 */
@@ -76,6 +82,8 @@ struct ctx_state {
     int rechecked;              /* the last exploration was a quick re-check */
     int prev;                   /* the arm of the last call; -1 none yet */
     uint32_t burst_left;        /* exploration calls still to run */
+    uint32_t burst_len;         /* calls in the current (or last) exploration */
+    double burst_x;             /* the previous call of the burst, ns per byte */
 };
 
 struct recent {
@@ -97,10 +105,16 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
 {
     memset(p, 0, sizeof *p);
     p->explore_min = 4;
-    p->explore_max = 1024;
+    /* The longest gap: a wrong estimate (a noisy exploration) holds for at
+     * most this many calls.  An exploration that refills the cache costs
+     * ~5-7 calls' worth on a Zen 3 guest, so this still keeps its expected
+     * cost near 1%. */
+    p->explore_max = 512;
     p->budget_ppm = 10000;      /* 1%: half the 2% bound, for estimation error */
     p->hysteresis_ppm = 50000;  /* 5%: above the spread of repeated clears */
-    p->recency_shift = 2;       /* 1/4: a change is followed in a few calls */
+    /* 1/8: a change of workload shows in ~5 calls; the two or three slow
+     * clears after other work evicted the buffer do not flip the choice. */
+    p->recency_shift = 3;
     p->stale_calls = 32;
     /* Calls per exploration, the last one timed: on a Zen 3 guest a 4 MiB
      * buffer cleared with ordinary stores after streaming ones ran at ~9,
@@ -234,6 +248,8 @@ int cp_adapt_choose(size_t n, const void *addr)
             s->since = 0;
             s->explorations++;
             s->burst_left = params.explore_burst - 1;
+            s->burst_len = params.explore_burst;
+            s->burst_x = 0;
         } else {
             s->since++;
         }
@@ -302,6 +318,17 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
         return;
     }
     double x = (double)elapsed_ns / (double)n;
+    if (explored && arm != s->cur) {
+        /* A burst goes on while its clears still get faster (the cache
+         * is still filling), up to BURST_MAX calls. */
+        int warming = s->burst_x > 0 && x * WARMING < s->burst_x;
+        s->burst_x = x;
+        if (kind == 0 && warming && s->burst_len < BURST_MAX) {
+            s->burst_left++;
+            s->burst_len++;
+            kind = 2;
+        }
+    }
     if (kind) {
         struct arm_state *a = &s->arm[arm];
         if (kind == 1) {
@@ -316,7 +343,10 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
     if (s->arm[cur].samples && s->arm[other].samples) {
         double c = s->arm[cur].est, o = s->arm[other].est;
         double h = 1.0 + params.hysteresis_ppm * 1e-6;
-        if (o * h < c) {
+        /* The current arm's own latest clear must agree: the slow clears
+         * right after other work evicted the buffer have passed once a
+         * fast one comes, and the lagging average alone must not switch. */
+        if (o * h < c && (arm != cur || x > o * h)) {
             /* The arm left behind is measured afresh when next explored:
              * the samples that made it look worse (a burst of interrupts,
              * or the workload before a change) do not hold it back. */
@@ -350,11 +380,12 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
             double back = s->arm[cur].ntrans ? s->arm[cur].trans : c;
             if (into < o)
                 into = o;
-            double extra = (params.explore_burst - 1) * (into - c) + (o - c) + (back - c);
+            double extra = (s->burst_len - 1) * (into - c) + (o - c) + (back - c);
             double budget = params.budget_ppm ? params.budget_ppm * 1e-6 : 1e-6;
             double need = c > 0 && extra > 0 ? extra / c / budget : 0.0;
             if (need > (double)gap)
-                gap = need < MAX_GAP ? (uint64_t)need + 1 : MAX_GAP;
+                gap = need < (double)params.explore_max ? (uint64_t)need + 1
+                                                        : params.explore_max;
             s->gap = (uint32_t)gap;
         }
     }

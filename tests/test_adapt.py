@@ -128,18 +128,19 @@ def test_cold_walk_settles_on_streaming(learner, n):
 def test_follows_the_workload_back_and_forth(learner, reuse):
     """Warm, cold, warm, cold in one process: each phase is on the better
     arm within a few dozen calls.  Keyed by address, a return to a workload
-    seen before is followed at once; keyed by size alone, a cold-to-warm
-    change shows only through exploration, so it takes (ratio - 1) / budget
-    calls at worst (here ~240)."""
+    seen before is followed at once.  Keyed by size alone, a cold-to-warm
+    change shows only through exploration, and an exploration from cold
+    costs ~6 calls (the first ordinary-store clears refill the cache), so
+    at a 1% budget it comes every ~600 calls: that is the bound then."""
     learner(reuse=reuse)
     sim = Sim(seed=7)
     n = 4 * MiB
-    phase = 600
+    phase = 600 if reuse else 1500
     for i in range(4):
         start = len(sim.arms)
         (sim.warm if i % 2 == 0 else sim.cold)(n, phase)
         want = T if i % 2 == 0 else S
-        settle = 40 if reuse or want == S else 300
+        settle = 40 if reuse or want == S else 1000
         assert sim.share(want, start + settle, start + phase) > 0.97, (i, reuse)
         if reuse:
             cost = WARM if want == T else COLD
