@@ -27,11 +27,12 @@
  * The routine run last on a buffer decides its cache state: streaming
  * stores leave it out of the cache, so the first ordinary-store clear after
  * them is a cold one even in a loop over one buffer.  So an exploration is
- * a burst of at least explore_burst calls, longer while each call is
- * faster than the one before (the cache still filling, up to BURST_MAX),
+ * a burst of at least explore_burst calls, longer while the calls still
+ * get faster (the cache still filling, up to BURST_MAX),
  * of which only the last is timed as the arm's steady cost, and a call whose arm differs from the previous call's
  * in its context is a *transition*: its time goes to the arm's transition
- * estimate, not to its steady cost.  The cost of one
+ * estimate, not to its steady cost; nor do the clears after it that still
+ * get faster (back on the current arm after an exploration).  The cost of one
  * exploration is then the burst's steady excess plus both transitions, and
  * that is what the gap is sized by.
  *
@@ -59,10 +60,12 @@ enum { RING = 16, WINDOW = 7, EXPLORED_WINDOW = 3 };
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
 /* A burst call this much faster than the burst's best so far: the cache is
- * still filling.  Measured on a Zen 3 guest, ordinary-store clears of a
- * 1 MiB buffer after streaming ones ran at ~10, 19, 28, 32, then ~50 GB/s. */
+ * still filling, and the burst goes on until BURST_STALL calls in a row
+ * are not (or BURST_MAX calls).  Measured on a Zen 3 guest, ordinary-store
+ * clears of an 8 MiB buffer after streaming ones ran at 8, 9, 11, 11, 11,
+ * 13, 18, 20, 27, 29, 27, 26, 37 GB/s; of a 1 MiB one at 10, 23, 29, 37. */
 #define WARMING 1.05
-enum { BURST_MAX = 16 };
+enum { BURST_MAX = 16, BURST_STALL = 3, AMORTIZE = 128 };
 
 struct arm_state {
     double est;                 /* ns per byte; valid when samples > 0 */
@@ -86,6 +89,10 @@ struct ctx_state {
     uint32_t burst_left;        /* exploration calls still to run */
     uint32_t burst_len;         /* calls in the current (or last) exploration */
     double burst_x;             /* the burst's fastest call so far, ns per byte */
+    uint32_t burst_stall;       /* calls since the burst last got faster */
+    int ramp_on;                /* back on the current arm, still refilling */
+    uint32_t ramp_len, ramp_stall;
+    double ramp_x;
 };
 
 struct recent {
@@ -252,6 +259,7 @@ int cp_adapt_choose(size_t n, const void *addr)
             s->burst_left = params.explore_burst - 1;
             s->burst_len = params.explore_burst;
             s->burst_x = 0;
+            s->burst_stall = 0;
         } else {
             s->since++;
         }
@@ -260,7 +268,15 @@ int cp_adapt_choose(size_t n, const void *addr)
     /* 1: the first call after the other arm, or the context's first call
      * (start-up costs); 2: still warming up inside a burst; 0: a steady
      * sample of the arm. */
-    int kind = s->prev != arm ? 1 : explore && s->burst_left ? 2 : 0;
+    int kind = s->prev != arm ? 1 : explore && s->burst_left ? 2 : !explore && s->ramp_on ? 2 : 0;
+    if (s->prev != arm && !explore) {
+        /* Back on the current arm (or starting): its first clears refill
+         * the cache and are not its steady cost either. */
+        s->ramp_on = 1;
+        s->ramp_len = 0;
+        s->ramp_x = 0;
+        s->ramp_stall = 0;
+    }
     s->prev = arm;
     pthread_mutex_unlock(&lock);
     return cls << 5 | kind << 3 | explore << 2 | ctx << 1 | arm;
@@ -324,13 +340,30 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
     if (explored && arm != s->cur) {
         /* A burst goes on while its clears still get faster (the cache
          * is still filling), up to BURST_MAX calls. */
-        int warming = s->burst_x > 0 && x * WARMING < s->burst_x;
-        if (s->burst_x == 0 || x < s->burst_x)
-            s->burst_x = x;     /* the burst's best so far */
-        if (kind == 0 && warming && s->burst_len < BURST_MAX) {
+        if (s->burst_x == 0 || x * WARMING < s->burst_x) {
+            s->burst_x = x;     /* a new best by WARMING: still filling */
+            s->burst_stall = 0;
+        } else {
+            s->burst_stall++;
+        }
+        if (kind == 0 && s->burst_stall < BURST_STALL && s->burst_len < BURST_MAX) {
             s->burst_left++;
             s->burst_len++;
             kind = 2;
+        }
+    }
+    if (!explored && kind && s->ramp_on) {
+        s->ramp_len++;
+        if (s->ramp_x == 0 || x * WARMING < s->ramp_x) {
+            s->ramp_x = x;
+            s->ramp_stall = 0;
+        } else {
+            s->ramp_stall++;
+        }
+        if (s->ramp_stall >= BURST_STALL || s->ramp_len >= BURST_MAX) {
+            s->ramp_on = 0;
+            if (kind == 2)
+                kind = 0;       /* refilled: steady from here */
         }
     }
     if (kind) {
@@ -347,10 +380,17 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
     if (s->arm[cur].samples && s->arm[other].samples) {
         double c = s->arm[cur].est, o = s->arm[other].est;
         double h = 1.0 + params.hysteresis_ppm * 1e-6;
-        /* The current arm's own latest clear must agree: the slow clears
-         * right after other work evicted the buffer have passed once a
-         * fast one comes, and the lagging average alone must not switch. */
-        if (o * h < c && (arm != cur || x > o * h)) {
+        /* Switch when the other arm is faster by the hysteresis, the
+         * current arm's latest clears agree (the slow clears right after
+         * other work evicted the buffer pass, and the lagging average
+         * alone must not switch), and the gain over AMORTIZE calls pays
+         * for refilling the cache on the way (the first clears of an
+         * ordinary-store arm after streaming ones). */
+        struct arm_state *ca = &s->arm[cur], *oa = &s->arm[other];
+        double recent = ca->nwin ? median(ca->win, ca->nwin, 3) : c;
+        double into = oa->ntrans ? oa->trans : o;
+        double refill = into > o ? (s->burst_len > 1 ? s->burst_len - 1 : 1) * (into - o) / 2 : 0;
+        if (o * h < c && (arm != cur || recent > o * h) && (c - o) * AMORTIZE > refill) {
             /* The arm left behind is measured afresh when next explored:
              * the samples that made it look worse (a burst of interrupts,
              * or the workload before a change) do not hold it back. */

@@ -250,9 +250,10 @@ def test_api_table_is_the_functions():
         api.record(MiB, ticket, 20_000)
         st = ffi.new("struct cp_adapt_stat *")
         assert lib.cp_adapt_stat(20, 0, st) == 1 and st.calls == 1
-        ticket = api.choose(MiB, ffi.NULL)
-        api.record(MiB, ticket, 20_000)     # the first call was start-up: this one counts
-        assert lib.cp_adapt_stat(20, 0, st) == 1 and st.samples[ticket & 1] == 1
+        for _ in range(8):      # start-up: counted once the times stop improving
+            ticket = api.choose(MiB, ffi.NULL)
+            api.record(MiB, ticket, 20_000)
+        assert lib.cp_adapt_stat(20, 0, st) == 1 and st.samples[0] + st.samples[1] >= 1
     finally:
         lib.cp_adapt_configure(saved)
 
