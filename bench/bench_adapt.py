@@ -32,6 +32,7 @@ context), to compare the two designs.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from typing import Any, Callable
@@ -115,8 +116,11 @@ def _measure(walk: Walk, names: list[str], cold: bool, rounds: int) -> dict[str,
     return out
 
 
+PHASES = ("warm", "cold", "warm again")
+
+
 def run(sizes: list[int], pool_bytes: int, rounds: int, by_address: bool = True,
-        phases: tuple[str, ...] = ("warm", "cold", "warm again")) -> tuple[str, list[dict[str, Any]]]:
+        phases: tuple[str, ...] = PHASES) -> tuple[str, list[dict[str, Any]]]:
     if not cp.adaptive():
         raise SystemExit("adaptive auto is off here (CLEARPAGES_ADAPT=0, "
                          "CLEARPAGES_METHOD or a portable build): nothing to measure")
@@ -173,18 +177,18 @@ def outside(rounds: int = 9, big: int = 1 << 30) -> str:
     rows = []
     for n, calls in ((4096, 20000), (big, 2)):
         buf = _common.Buffer(n)
-        mv = buf.mv
-        clear = cp.clear
+        call = functools.partial(cp.clear, buf.mv)
         times: dict[bool, list[float]] = {True: [], False: []}
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
                 cp.set_adaptive(on)
-                clear(mv)
-                times[on].append(_block(lambda: clear(mv), calls) / calls)
+                call()
+                times[on].append(_block(call, calls) / calls)
         cp.set_adaptive(True)
         on_ns, off_ns = statistics.median(times[True]), statistics.median(times[False])
-        unit = (lambda v: "%.3f us" % (v / 1e3)) if n < (1 << 20) else (lambda v: "%.2f ms" % (v / 1e6))
-        rows.append([_common.fmt_size(n), unit(on_ns), unit(off_ns), "%.3f" % (on_ns / off_ns)])
+        shown = [("%.3f us" % (v / 1e3)) if n < (1 << 20) else ("%.2f ms" % (v / 1e6))
+                 for v in (on_ns, off_ns)]
+        rows.append([_common.fmt_size(n), *shown, "%.3f" % (on_ns / off_ns)])
         buf.close()
     return ("Outside the band: cp.clear(buf) per call, median of %d interleaved rounds\n"
             % rounds + _common.table(["size", "adaptive on", "adaptive off", "on/off time"], rows))
