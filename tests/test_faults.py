@@ -60,16 +60,23 @@ def test_worker_fault_is_reported_by_faulthandler(worker_only):
     process dies of SIGBUS (as a main-thread clear would), whichever thread
     faults first, and faulthandler says so.  A worker that blocked SIGBUS
     died silently."""
-    r = run_python("WORKER_ONLY = %r\n" % worker_only + _TRUNCATED, timeout=60)
-    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
-    assert "clearing" in r.stdout and "survived" not in r.stdout
+    reports = []
+    for _ in range(1 if worker_only else 3):
+        r = run_python("WORKER_ONLY = %r\n" % worker_only + _TRUNCATED, timeout=60)
+        assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
+        assert "clearing" in r.stdout and "survived" not in r.stdout
+        reports.append(r.stderr)
+        if "Fatal Python error" in r.stderr:
+            break
     if worker_only:
-        assert "Fatal Python error: Bus error" in r.stderr, r.stderr
-        assert "most recent call first" in r.stderr, r.stderr
+        assert "Fatal Python error: Bus error" in reports[-1], reports
+        assert "most recent call first" in reports[-1], reports
     else:
-        # Both threads may fault at once: faulthandler reports the first and
-        # has put the default action back when the second one dies.
-        assert "Fatal Python error" in r.stderr, r.stderr
+        # Both threads fault at once here: faulthandler reports the first but
+        # has put the default action back before it writes, so the second
+        # one's fault can cut the report short (or, rarely, before its first
+        # word: hence a few tries).
+        assert "Fatal Python error" in reports[-1], reports
 
 
 # ---- item: a thread that cannot start is an error, not a silent "done" --------
