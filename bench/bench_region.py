@@ -14,6 +14,11 @@ Three tables, after the kernel series they reproduce:
    MADV_HUGEPAGE), and by copying (bytearray, numpy).  Something is mapped
    right after the region in the "must move" rows, as in a busy address
    space; the "in place" rows show the case where the kernel can extend.
+4. fresh resize: the same growth of a region made and populated just
+   before (the first resize of its life, where per-object bookkeeping
+   shows), against mmap.resize of a fresh, equally populated mapping and
+   against the system calls alone (cp_region_resize called from C through
+   cffi on a fresh mapping), at 1 GiB and at 16-64 MiB.
 
 Run as a script for the tables:
     python bench/bench_region.py [--size 1G] [--rounds 5]
@@ -265,6 +270,81 @@ def table_resize(size: int, rounds: int) -> tuple[list[tuple[str, ...]], dict[st
     return rows, best
 
 
+# ---- 4. fresh resize --------------------------------------------------------------
+
+
+def _ffi():
+    from clearpages._native import ffi
+
+    return ffi
+
+
+def fresh_region_resize(size: int) -> float:
+    """Region.resize of a Region made and populated just before; must move."""
+    r = cp.Region(size, page_size="2m", populate=True)
+    blocker = Blocker(r.address + r.size)
+    try:
+        return timed(lambda: r.resize(2 * size))
+    finally:
+        blocker.close()
+        r.close()
+
+
+def fresh_mmap_resize(size: int) -> float:
+    """mmap.resize of a fresh private mapping, THP advised and populated."""
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE)
+        cp.clear(m)
+        blocker = Blocker(mmap_address(m) + size)
+        try:
+            return timed(lambda: m.resize(2 * size))
+        finally:
+            blocker.close()
+    finally:
+        m.close()
+
+
+def fresh_syscalls(size: int) -> float:
+    """The same move with nothing but the system calls: cp_region_map and
+    populate, then cp_region_resize timed as one cffi call."""
+    ffi = _ffi()
+    out = ffi.new("uintptr_t *")
+    align = GiB if size >= GiB else 2 * MiB
+    assert lib.cp_region_map(size, align, lib.CP_REGION_THP, 21, out) == 0
+    addr = out[0]
+    assert lib.cp_region_populate(addr, size, 2 * MiB, lib.CP_REGION_THP) == 0
+    blocker = Blocker(addr + size)
+    new = ffi.new("uintptr_t *")
+    resize = lib.cp_region_resize
+    try:
+        t0 = time.perf_counter_ns()
+        err = resize(addr, size, 2 * size, lib.CP_REGION_THP, 21, GiB, new)
+        t = (time.perf_counter_ns() - t0) / 1e9
+        assert err == 0, err
+    finally:
+        blocker.close()
+    lib.cp_region_unmap(new[0], 2 * size)
+    return t
+
+
+def table_fresh(sizes: list[int], rounds: int) -> tuple[list[tuple[str, ...]], dict]:
+    rows, got = [], {}
+    for size in sizes:
+        t = {"region": [], "mmap": [], "sys": []}
+        for _ in range(rounds):         # interleaved, so drift hits all three
+            t["region"].append(fresh_region_resize(size))
+            t["mmap"].append(fresh_mmap_resize(size))
+            t["sys"].append(fresh_syscalls(size))
+        med = {k: statistics.median(v) for k, v in t.items()}
+        got[size] = med
+        rows.append((fmt_size(size), "%.3f" % (med["region"] * 1e3),
+                     "%.3f" % (med["mmap"] * 1e3), "%.3f" % (med["sys"] * 1e3),
+                     "%.1fx" % (med["mmap"] / med["region"]),
+                     "%.2fx" % (med["region"] / med["sys"])))
+    return rows, got
+
+
 # ---- script ---------------------------------------------------------------------
 
 
@@ -283,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default=fmt_size(SIZE).replace(" ", "").replace("iB", ""),
                     help="region size (default: CLEARPAGES_BENCH_SIZE or 1G)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", choices=("populate", "move", "resize"))
+    ap.add_argument("--only", choices=("populate", "move", "resize", "fresh"))
     args = ap.parse_args(argv)
     size = parse_size(args.size)
     info = cp.cpu()
@@ -308,6 +388,17 @@ def main(argv: list[str] | None = None) -> int:
         print("Region.resize vs mmap.resize, must move: %.1fx (goal >= 3x)"
               % (best["mmap.resize (THP advised), must move"]
                  / best["Region.resize 2m, must move"]))
+    if args.only in (None, "fresh"):
+        sizes = sorted({16 * MiB, 64 * MiB, size})
+        rows, got = table_fresh(sizes, max(args.rounds, 5))
+        print_table("4. grow a freshly made and populated region to twice its size "
+                    "(2m pages, must move; medians of %d)" % max(args.rounds, 5),
+                    ("size", "Region.resize ms", "mmap.resize ms", "syscalls ms",
+                     "mmap / Region", "Region / syscalls"), rows)
+        big = got[size]
+        print("at %s: Region.resize %.1fx faster than mmap.resize (goal >= 3x), "
+              "%.2fx the system calls' time (goal <= 1.5x)"
+              % (fmt_size(size), big["mmap"] / big["region"], big["region"] / big["sys"]))
     return 0
 
 
@@ -415,6 +506,14 @@ if pytest is not None:
             m.close()
 
         _pedantic(benchmark, setup, lambda mm: mm.resize(2 * SIZE), teardown)
+
+    @pytest.mark.parametrize("what", ["region", "mmap", "syscalls"])
+    def test_fresh_resize(benchmark, what):
+        fn = {"region": fresh_region_resize, "mmap": fresh_mmap_resize,
+              "syscalls": fresh_syscalls}[what]
+        times = [fn(SIZE) for _ in range(5)]
+        benchmark.extra_info["median_ms"] = round(statistics.median(times) * 1e3, 4)
+        benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
     def test_bytearray_growth(benchmark):
         zeros = bytearray(SIZE)

@@ -225,6 +225,18 @@ static PyObject *take_refusal(void)
     return msg;
 }
 
+/* The keyword names, interned once (PyInit__fast). */
+static const char *const kw_names[] = {"method", "threads", "hot", "page_size", NULL};
+static PyObject *kw_objects[4];
+
+static PyObject *interned_kw(const char *name)
+{
+    for (int i = 0; kw_names[i]; i++)
+        if (kw_names[i] == name)
+            return kw_objects[i];
+    return NULL;
+}
+
 /* Keyword arguments of a vectorcall, by name. */
 struct kw {
     const char *name;
@@ -246,6 +258,13 @@ static int parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     for (Py_ssize_t k = 0; k < nk; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k), *value = args[nargs + k];
         int found = 0;
+        /* Keyword names at a call site are interned constants: the same
+         * objects as ours, so a pointer test finds them. */
+        for (int j = 0; j < nkw && !found; j++)
+            if (key == interned_kw(kws[j].name)) {
+                *kws[j].slot = value;
+                found = 1;
+            }
         for (int j = 0; j < nkw && !found; j++)
             if (PyUnicode_CompareWithASCIIString(key, kws[j].name) == 0) {
                 *kws[j].slot = value;
@@ -446,7 +465,7 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
                           int strict)
 {
     PyObject *buf = NULL, *method = NULL, *threads = NULL, *hot = NULL;
-    struct kw kws[] = {{"method", &method}, {"threads", &threads}, {"hot", &hot}};
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}, {kw_names[2], &hot}};
     if (parse("clear", args, nargs, kwnames, 1, &buf, clear_pos, kws, 3) < 0)
         return NULL;
     if (ensure_ready() < 0)
@@ -571,7 +590,7 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
                                int strict)
 {
     PyObject *bufs = NULL, *method = NULL, *threads = NULL;
-    struct kw kws[] = {{"method", &method}, {"threads", &threads}};
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
     if (parse("clear_many", args, nargs, kwnames, 1, &bufs, many_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
@@ -660,7 +679,7 @@ static PyObject *fast_clear_runs(PyObject *self, PyObject *const *args, Py_ssize
 {
     (void)self;
     PyObject *pos[2] = {NULL, NULL}, *method = NULL, *threads = NULL;
-    struct kw kws[] = {{"method", &method}, {"threads", &threads}};
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
     if (parse("clear_runs", args, nargs, kwnames, 2, pos, runs_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
@@ -750,8 +769,8 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
                                 int strict)
 {
     PyObject *pos[2] = {NULL, NULL}, *page_size = NULL, *method = NULL, *threads = NULL;
-    struct kw kws[] = {{"page_size", &page_size}, {"method", &method},
-                       {"threads", &threads}};
+    struct kw kws[] = {{kw_names[3], &page_size}, {kw_names[0], &method},
+                       {kw_names[1], &threads}};
     if (parse("clear_pages", args, nargs, kwnames, 2, pos, pages_pos, kws, 3) < 0)
         return NULL;
     if (ensure_ready() < 0)
@@ -1511,6 +1530,9 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__fast(void)
 {
     s_auto = PyUnicode_InternFromString("auto");
+    for (int i = 0; kw_names[i]; i++)
+        if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
+            return NULL;
     one = PyLong_FromLong(1);
     default_page_size = PyLong_FromLong(4096);
     if (!s_auto || !one || !default_page_size || PyType_Ready(&RegionMemoryType) < 0)
