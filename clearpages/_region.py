@@ -222,7 +222,8 @@ class Region(RegionMemory):
         size = _round_up(size, page)
         if size > _address_space_limit():
             raise ValueError("size %d rounds up to more than the address space" % size)
-        err = self._map(size, _table_alignment(size, page), kind, page.bit_length() - 1)
+        err = self._map(size, _table_alignment(size, page), kind, page.bit_length() - 1,
+                        _address_space_limit(), CONGRUENCE)
         if err:
             if kind == lib.CP_REGION_HUGETLB and err in (errno.ENOMEM, errno.EINVAL):
                 raise _hugetlb_error(size, page, err)
@@ -376,31 +377,29 @@ class Region(RegionMemory):
         # at a time, so hugetlb regions move page by page (each a PUD entry).
         return self._page if self._kind == lib.CP_REGION_HUGETLB else 0
 
-    def resize(self, new_size: int) -> None:
-        """Grow or shrink to new_size (rounded up to whole pages).
+    # resize(new_size) is the native type's: an exact int within the
+    # address space goes straight to the system calls; anything else comes
+    # to _resize_slow, and a failure to _resize_failed, which explain.
 
-        In place where the address space allows; otherwise moved by mremap
-        to an address congruent with the current one modulo 1 GiB, so the
-        kernel moves PUD/PMD entries and copies nothing.  Contents are kept
-        (up to the smaller size), the grown part reads zero, page size and
-        huge-page advice are kept.  BufferError while views exist; on any
-        failure the region is as it was."""
+    def _resize_slow(self, new_size: Any) -> None:
         new_size = _check_size(new_size, "new_size")
         self._check_open()
         new_size = _round_up(new_size, self._page)
         if new_size > _address_space_limit():
             raise ValueError("new_size rounds up to more than the address space")
-        kind = self._kind
-        err = self._lost_check("resize", self._resize(new_size, kind,
-                                                      self._page.bit_length() - 1, CONGRUENCE))
+        err = self._resize(new_size, self._kind, self._page.bit_length() - 1, CONGRUENCE)
         if err:
-            if kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
-                raise _hugetlb_error(new_size - self._size, self._page, err,
-                                     "growing the region by %s")
-            if err == errno.ENOMEM:
-                raise MemoryError("cannot grow the region to %s: %s"
-                                  % (_fmt_size(new_size), os.strerror(err)))
-            raise OSError(err, "resizing the region failed: %s" % os.strerror(err))
+            self._resize_failed(err, new_size)
+
+    def _resize_failed(self, err: int, new_size: int) -> None:
+        err = self._lost_check("resize", err)
+        if self._kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
+            raise _hugetlb_error(new_size - self._size, self._page, err,
+                                 "growing the region by %s")
+        if err == errno.ENOMEM:
+            raise MemoryError("cannot grow the region to %s: %s"
+                              % (_fmt_size(new_size), os.strerror(err)))
+        raise OSError(err, "resizing the region failed: %s" % os.strerror(err))
 
     def move(self, alignment: str) -> int:
         """Move the region to a fresh address with the given alignment:

@@ -1172,6 +1172,8 @@ typedef struct {
     size_t size;
     Py_ssize_t exports;
     int mapped;
+    int kind, shift;            /* as mapped: page = 1 << shift */
+    size_t limit, modulus;      /* address space; resize keeps addr % modulus */
     PyThread_type_lock lock;
 } RegionMemory;
 
@@ -1272,10 +1274,15 @@ static int region_bound(void)
 
 static PyObject *region_map(RegionMemory *self, PyObject *args)
 {
-    unsigned long long size, align;
+    unsigned long long size, align, limit, modulus;
     int kind, shift;
-    if (!PyArg_ParseTuple(args, "KKii", &size, &align, &kind, &shift) || region_bound() < 0)
+    if (!PyArg_ParseTuple(args, "KKiiKK", &size, &align, &kind, &shift, &limit, &modulus)
+        || region_bound() < 0)
         return NULL;
+    if (shift < 12 || shift > 40 || !modulus) {
+        PyErr_SetString(PyExc_ValueError, "_map: bad page shift or modulus");
+        return NULL;
+    }
     region_lock(self);
     if (self->mapped) {
         region_unlock(self);
@@ -1291,6 +1298,10 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
         self->address = out;
         self->size = (size_t)size;
         self->mapped = 1;
+        self->kind = kind;
+        self->shift = shift;
+        self->limit = (size_t)limit;
+        self->modulus = (size_t)modulus;
     }
     region_unlock(self);
     return PyLong_FromLong(err);
@@ -1343,6 +1354,34 @@ static PyObject *region_resize(RegionMemory *self, PyObject *args)
         return NULL;
     return region_relocate(self, 0, "resize", new_size, (unsigned)kind, (unsigned)shift,
                            modulus);
+}
+
+/* resize(new_size): an exact int within the address space goes to the
+ * system calls from here; anything else to the subclass's _resize_slow,
+ * and an errno to its _resize_failed (the messages live in Python). */
+static PyObject *region_resize_public(RegionMemory *self, PyObject *arg)
+{
+    if (PyLong_CheckExact(arg) && self->mapped) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+        size_t page = (size_t)1 << self->shift;
+        if (!overflow && v > 0 && (unsigned long long)v <= self->limit) {
+            size_t n = ((size_t)v + page - 1) / page * page;
+            if (n <= self->limit) {
+                PyObject *r = region_relocate(self, 0, "resize", n, (unsigned)self->kind,
+                                              (unsigned)self->shift, self->modulus);
+                if (!r)
+                    return NULL;
+                long err = PyLong_AsLong(r);
+                Py_DECREF(r);
+                if (err == 0)
+                    Py_RETURN_NONE;
+                return PyObject_CallMethod((PyObject *)self, "_resize_failed", "ln", err,
+                                           (Py_ssize_t)n);
+            }
+        }
+    }
+    return PyObject_CallMethod((PyObject *)self, "_resize_slow", "O", arg);
 }
 
 static PyObject *region_move_congruent(RegionMemory *self, PyObject *args)
@@ -1434,7 +1473,16 @@ static PyObject *region_get_closed(RegionMemory *self, void *closure)
 
 static PyMethodDef region_methods[] = {
     {"_map", (PyCFunction)region_map, METH_VARARGS,
-     "_map(size, align, kind, huge_shift) -> errno: map the memory (once)."},
+     "_map(size, align, kind, page_shift, address_space, modulus) -> errno: map the\n"
+     "memory (once); resize() keeps the address modulo modulus."},
+    {"resize", (PyCFunction)region_resize_public, METH_O,
+     "resize(new_size)\n--\n\n"
+     "Grow or shrink to new_size (rounded up to whole pages).\n\n"
+     "In place where the address space allows; otherwise moved by mremap to an\n"
+     "address congruent with the current one modulo 1 GiB, so the kernel moves\n"
+     "PUD/PMD entries and copies nothing.  Contents are kept (up to the smaller\n"
+     "size), the grown part reads zero, page size and huge-page advice are kept.\n"
+     "BufferError while views exist; on any failure the region is as it was."},
     {"_resize", (PyCFunction)region_resize, METH_VARARGS,
      "_resize(new_size, kind, huge_shift, modulus) -> errno (BufferError while exported)."},
     {"_move_congruent", (PyCFunction)region_move_congruent, METH_VARARGS,
