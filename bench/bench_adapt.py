@@ -40,7 +40,7 @@ from typing import Any, Callable
 import _common
 
 import clearpages as cp
-from clearpages import _core
+from clearpages._dispatch import state
 from clearpages._native import ffi, lib
 from clearpages._routines import BY_NAME
 
@@ -87,7 +87,7 @@ class Walk:
                 return lambda: clear(mv)
             mvs, nxt = self.pool_mv, self.next_slot
             return lambda: clear(mvs[nxt()])
-        fn = _core._state.direct[name]
+        fn = state().direct[name]
         if not cold:
             ptr = self.warm_ptr
             return lambda: fn(ptr, n)
