@@ -121,15 +121,16 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: on warm and on cold buffers, see _profile.py), because only the program
 #: knows which it has.  A cold clear with ordinary stores pays a
 #: read-for-ownership per line from memory; streaming stores do not.
-#: Measured (profiles/): on Zen 3 (512 KiB L2) temporal stores win that
-#: worse case at 4-8 KiB, tie at 16 KiB and lose 1.5-2x from 32 KiB up, in
-#: both profiles; on Intel Emerald Rapids (2 MiB L2) streaming wins at every
-#: size measured (4 MiB up), while warm in-L2 rep stosb is ~2x streaming
-#: and cold ~0.5x, a tie.  So: a sixteenth of the L2 (Zen 3: 32 KiB;
-#: Emerald Rapids: 128 KiB), kept within NT_MIN_RANGE.
-NT_MIN_L2_DIVISOR = 16
+#: Measured on Zen 3 (512 KiB L2; profiles/ and calibrate runs): temporal
+#: stores win that worse case at 4-8 KiB, 16 KiB is a tie whose winner
+#: changes from run to run (by up to 0.65 against 0.45 for streaming, 0.53
+#: against 0.35 the other way), and streaming wins 1.5-2x from 32 KiB up.
+#: On Intel Emerald Rapids (2 MiB L2) streaming wins at every size measured
+#: (4 MiB up).  So: a thirty-second of the L2 (Zen 3: 16 KiB; Emerald
+#: Rapids: 64 KiB), kept within NT_MIN_RANGE.
+NT_MIN_L2_DIVISOR = 32
 NT_MIN_RANGE = (16 * KiB, 1 * MiB)
-NT_MIN_UNKNOWN_L2 = 32 * KiB
+NT_MIN_UNKNOWN_L2 = 16 * KiB
 
 #: On AMD Zen with ERMS, rep stosb switches to streaming stores by itself
 #: for very long lengths, and then beats the vector streaming stores: at

@@ -27,7 +27,7 @@ def test_intel_ice_lake_policy():
     th = _policy.default_thresholds(ICE, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
     assert th.vector_max == 2 * KiB
-    assert th.nt_min == ICE.l2 // 16 == 80 * KiB    # 1.25 MiB L2
+    assert th.nt_min == ICE.l2 // 32 == 40 * KiB    # 1.25 MiB L2
     assert th.long == "" and th.long_min == _policy.NEVER    # Intel: never rep stosb long
     assert plan_method(ICE, 0) == "libc"
     assert plan_method(ICE, 2047) == "libc"
@@ -36,10 +36,12 @@ def test_intel_ice_lake_policy():
     assert plan_method(ICE, th.nt_min) == "avx512_nt"
     assert plan_method(ICE, 1 * GiB) == "avx512_nt"
     assert plan_method(ICE, 64 * GiB) == "avx512_nt"
-    # Chosen from the total: 1 GiB of 4 KiB pages streams, 16 x 1 KiB is memset.
+    # Chosen from the total: 1 GiB of 4 KiB pages streams, 16 x 1 KiB is memset,
+    # 16 x 2 KiB rep stosb, 16 x 4 KiB (64 KiB in all) streams.
     assert plan_method(ICE, 1 * GiB, 262144) == "avx512_nt"
     assert plan_method(ICE, 16 * KiB, 16) == "libc"
-    assert plan_method(ICE, 16 * 4 * KiB, 16) == "rep_stosb"
+    assert plan_method(ICE, 16 * 2 * KiB, 16) == "rep_stosb"
+    assert plan_method(ICE, 16 * 4 * KiB, 16) == "avx512_nt"
     for field in ("vector_max", "nt_min", "temporal", "streaming", "long", "long_min"):
         assert th.reason(field) != th.source, field
 
@@ -74,12 +76,12 @@ def test_amd_zen3_guest_policy():
     th = _policy.default_thresholds(ZEN3_GUEST, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
     assert th.vector_max == 2 * KiB
-    assert th.nt_min == 32 * KiB              # the worse case's crossover (profiles/)
+    assert th.nt_min == 16 * KiB              # the worse case's crossover (profiles/)
     assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
     assert plan_method(ZEN3_GUEST, 1 * KiB) == "libc"
     assert plan_method(ZEN3_GUEST, 4 * KiB) == "rep_stosb"
-    assert plan_method(ZEN3_GUEST, 32 * KiB - 1) == "rep_stosb"
-    assert plan_method(ZEN3_GUEST, 32 * KiB) == "avx2_nt"
+    assert plan_method(ZEN3_GUEST, 16 * KiB - 1) == "rep_stosb"
+    assert plan_method(ZEN3_GUEST, 16 * KiB) == "avx2_nt"
     assert plan_method(ZEN3_GUEST, 512 * MiB - 1) == "avx2_nt"
     assert plan_method(ZEN3_GUEST, 512 * MiB) == "rep_stosb"
     assert plan_method(ZEN3_GUEST, 1 * GiB) == "rep_stosb"
@@ -95,7 +97,7 @@ def test_amd_zen3_guest_policy():
 def test_amd_zen4_policy():
     th = _policy.default_thresholds(ZEN4, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
-    assert th.nt_min == 64 * KiB              # 1/16 of the 1 MiB L2
+    assert th.nt_min == 32 * KiB              # 1/32 of the 1 MiB L2
     assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
     assert plan_method(ZEN4, 16 * KiB) == "rep_stosb"
     assert plan_method(ZEN4, 1 * MiB) == "avx512_nt"
@@ -106,7 +108,7 @@ def test_intel_guest_with_host_sized_l3():
     """CPUID shows the host's 300 MiB L3 to a 2-vCPU guest: the policy no
     longer depends on the L3 at all below the long rule (which Intel lacks)."""
     th = _policy.default_thresholds(EMR_GUEST, ALL)
-    assert th.nt_min == 128 * KiB             # 1/16 of the 2 MiB L2
+    assert th.nt_min == 64 * KiB              # 1/32 of the 2 MiB L2
     assert th.long == ""
     bare = dataclasses.replace(EMR_GUEST, features=EMR_GUEST.features - {"hypervisor"})
     assert _policy.default_thresholds(bare, ALL).nt_min == th.nt_min
@@ -117,7 +119,7 @@ def test_intel_guest_with_host_sized_l3():
 def test_amd_milan_from_cpuid():
     th = _policy.default_thresholds(MILAN, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
-    assert th.nt_min == MILAN.l2 // 16
+    assert th.nt_min == max(16 * KiB, MILAN.l2 // 32)
     assert th.long == "rep_stosb" and th.long_min == 16 * MILAN.l3
     assert _policy.usable("clzero", MILAN, ALL) and not _policy.usable("avx512_nt", MILAN, ALL)
 
@@ -126,7 +128,7 @@ def test_old_cpu_policy():
     th = _policy.default_thresholds(OLD, ALL)
     assert (th.temporal, th.streaming) == ("libc", "movnti")
     assert th.vector_max == _policy.NEVER and th.long == ""
-    assert th.nt_min == max(16 * KiB, OLD.l2 // 16)
+    assert th.nt_min == max(16 * KiB, OLD.l2 // 32)
     assert plan_method(OLD, 100) == "libc"
     assert plan_method(OLD, th.nt_min - 1) == "libc"
     assert plan_method(OLD, th.nt_min) == "movnti"
@@ -138,7 +140,7 @@ def test_nt_min_stays_in_its_range():
     lo, hi = _policy.NT_MIN_RANGE
     for l2 in (64 * KiB, 256 * KiB, 4 * MiB, 32 * MiB):
         c = dataclasses.replace(ZEN3_GUEST, l2=l2)
-        assert _policy.default_thresholds(c, ALL).nt_min == min(hi, max(lo, l2 // 16))
+        assert _policy.default_thresholds(c, ALL).nt_min == min(hi, max(lo, l2 // 32))
 
 
 def test_avx512_present_but_disabled_by_the_os():
