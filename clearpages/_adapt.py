@@ -163,7 +163,8 @@ def info_lines(data: dict[str, Any]) -> list[str]:
         lines.append("nothing learned yet in this process")
     for x in data["learned"]:
         speeds = ", ".join("%s %.1f GB/s" % kv for kv in x["gbps"].items())
-        lines.append("%-16s %-27s %-9s (%s; %d calls, %d explored, %d switches)"
+        lines.append("%-16s %-27s %-9s (%s; %d calls, %d explored, %d switch%s)"
                      % (x["sizes"], x["kind"], x["method"], speeds or "not timed yet",
-                        x["calls"], x["explorations"], x["switches"]))
+                        x["calls"], x["explorations"], x["switches"],
+                        "" if x["switches"] == 1 else "es"))
     return lines
