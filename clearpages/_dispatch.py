@@ -122,7 +122,7 @@ class State:
 
 
 _current: State | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()     # a signal handler may clear while the state is built
 
 # A bad CLEARPAGES_* value stops the import, naming the variable (reading
 # the environment is no I/O; the CPU, the calibration file and the routing
