@@ -338,7 +338,11 @@ def test_set_adaptive_is_public_and_lasts_until_reload(config):
     on = cp.adaptive()
     cp.set_adaptive(False)
     assert cp.adaptive() is False
-    assert "off" in cp.plan(4 * MiB, threads=1).learned
+    learned = cp.plan(4 * MiB, threads=1).learned
+    if cp.thresholds().adapt_max:
+        assert "off" in learned
+    else:       # a portable build: one routine, nothing to learn
+        assert "nothing to choose" in learned
     cp.reload_config({})
     assert cp.adaptive() is on
 
