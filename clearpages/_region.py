@@ -10,7 +10,10 @@ No view can ever point at unmapped memory.
 
 Moves and resizes go through ``mremap`` to destinations congruent with the
 source modulo 1 GiB, so the kernel moves whole PUD (1 GiB) or PMD (2 MiB)
-entries instead of copying 512 PTEs per 2 MiB.
+entries instead of copying 512 PTEs per 2 MiB.  A grow to less than 1 GiB
+that cannot stay in place lets the kernel pick the place (one system call,
+as ``mmap.resize``) and keeps only the congruence modulo 2 MiB that such a
+region can use, moving once more where the kernel's place lacks it.
 """
 
 from __future__ import annotations

@@ -372,6 +372,12 @@ static int grow_hugetlb(uintptr_t addr, size_t old_size, size_t new_size,
     return 0;
 }
 
+/* Below a PUD's worth of memory no page-table entry above a PMD can move
+ * whole, so a grow of a smaller region needs its address kept only modulo
+ * a PMD, and the kernel's own choice of place usually gives that. */
+#define PMD_BYTES ((size_t)2 << 20)
+#define PUD_BYTES ((size_t)1 << 30)
+
 static int resize(uintptr_t addr, size_t old_size, size_t new_size,
                   int kind, int huge_shift, size_t modulus, uintptr_t *out)
 {
@@ -390,6 +396,32 @@ static int resize(uintptr_t addr, size_t old_size, size_t new_size,
     if (kind == CP_REGION_HUGETLB)
         return grow_hugetlb(addr, old_size, new_size, huge_shift, modulus, out);
 
+    if (new_size < PUD_BYTES) {
+        /* Let the kernel grow it in place or pick the place, as mmap.resize
+         * does: one system call where reserving a congruent range takes
+         * four.  Linux puts anonymous mappings of 2 MiB and more on a 2 MiB
+         * boundary, so a new place is congruent modulo a PMD as a rule.
+         * Where it is not, the region moves once more, to a congruent
+         * place; if that fails it stays where the kernel put it (moved and
+         * grown, only slower to move again).  MREMAP_MAYMOVE without
+         * MREMAP_FIXED never touches any mapping but this one, and the
+         * grown mapping is the same one, MADV_HUGEPAGE and all. */
+        size_t need = modulus < PMD_BYTES ? modulus : PMD_BYTES;
+        p = mremap((void *)addr, old_size, new_size, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED)
+            return errno;
+        dst = (uintptr_t)p;
+        if (dst % need != addr % need && !add_overflows(new_size, need, &len)
+                && reserve(len, &r) == 0) {
+            uintptr_t to = congruent(r, need, addr % need);
+            if (remap(dst, new_size, new_size, to) == 0)
+                dst = to;
+            /* As below: on failure [to, to + new_size) is left alone. */
+            trim(r, len, to, new_size);
+        }
+        *out = dst;
+        return 0;
+    }
     p = mremap((void *)addr, old_size, new_size, 0);
     if (p != MAP_FAILED) {
         dst = addr;
