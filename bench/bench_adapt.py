@@ -38,6 +38,7 @@ import time
 from typing import Any, Callable
 
 import _common
+import pytest
 
 import clearpages as cp
 from clearpages._dispatch import state
@@ -214,6 +215,41 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(outside())
     return 0
+
+
+SUITE = "adaptive auto"
+
+
+@pytest.mark.parametrize("size", [_common.size_arg(s) for s in SIZES], ids=list(SIZES))
+def test_adapt_phases(benchmark, size):
+    """The three phases at one size, in one process, as pytest-benchmark
+    cases: the time is the whole program (three phases of interleaved
+    blocks); extra_info and the summary hold auto's ratio to the best routine
+    of each phase, the figure the goal is stated in."""
+    if not cp.adaptive():
+        pytest.skip("adaptive auto is off in this build or configuration")
+    out: dict[str, Any] = {}
+
+    def program() -> None:
+        out["data"] = run([size], 1 << 30, rounds=3)[1]
+    benchmark.pedantic(program, rounds=1, iterations=1)
+    for d in out["data"]:
+        ratio = d["auto"] / d["best"]
+        benchmark.extra_info["%s auto/best" % d["phase"]] = round(ratio, 3)
+        _common.RESULTS.setdefault(SUITE, {})[(_common.fmt_size(size), d["phase"])] = {
+            "ratio": ratio, "static": d["auto (static)"] / d["best"]}
+
+
+@_common.summary_of(SUITE)
+def _summary(res: dict) -> tuple[str, str]:
+    rows = []
+    for (label, phase), r in sorted(res.items(), key=lambda kv: (PHASES.index(kv[0][1]),
+                                                                  _common.size_arg(kv[0][0]))):
+        rows.append([phase, label, "%.2f" % r["ratio"], "%.2f" % r["static"],
+                     "ok" if r["ratio"] >= 0.9 else "MISS"])
+    return ("adaptive auto: warm, cold, warm again (goal: auto >= 0.9 of the best routine "
+            "of the phase)", _common.table(["phase", "size", "auto/best", "static/best",
+                                            "goal"], rows))
 
 
 def test_adapt_quick():
