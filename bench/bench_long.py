@@ -22,7 +22,7 @@ import time
 import _common
 from _common import GiB, cp
 
-from clearpages import _core
+from clearpages._dispatch import state
 
 
 def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
@@ -30,7 +30,7 @@ def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
 
     buf = _common.Buffer(size)
     view = buf.mv
-    direct = _core._state.direct
+    direct = state().direct
     ptr = ffi.cast("char *", buf.addr)
     cands = {
         "auto": lambda v=view: cp.clear(v),

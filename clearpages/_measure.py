@@ -64,6 +64,10 @@ COLD_POOL_FACTOR = 4
 #: of a buffer that size is cold anyway, and warm measures that.
 COLD_MIN_SLOTS = 4
 
+#: Untimed calls adaptive ``auto`` makes at a size and scenario of its band
+#: before it is timed there (SPEC: "after a few dozen calls").
+ADAPT_WARMUP = 48
+
 
 def have_numpy() -> bool:
     try:
@@ -387,6 +391,14 @@ def measure_size(buf: Buffer, size: int, cands: Sequence[Candidate], *,
     elif warmup is None:
         last = _core.cpu().last_cache
         warmup = not last or size <= NO_WARMUP_FACTOR * last
+    # Adaptive auto is judged once it has seen the workload ("after a few
+    # dozen calls"): in its band it first makes ADAPT_WARMUP untimed calls of
+    # this size and scenario, as a program's loop would.
+    band = _core.thresholds()
+    if band.adapt_min <= size < band.adapt_max:
+        for c in cands:
+            if c.kind == "auto":
+                _time_seq(_sequence(c, buf, size, ADAPT_WARMUP, walk))
     calls = {}
     cost = 0.0
     for c in cands:
