@@ -447,34 +447,9 @@ static int resize(uintptr_t addr, size_t old_size, size_t new_size,
     return 0;
 }
 
-/* ---- the outcome of the last move, per thread ----------------------------- */
-
-/* Python may raise (a signal handler) between a native call's return and
- * the use of its result; the caller then reads what happened here. */
-static __thread struct {
-    uint64_t calls;
-    int err;
-    uintptr_t address;
-} last;
-
-static int record(int err, uintptr_t address)
-{
-    last.err = err;
-    last.address = err ? 0 : address;
-    last.calls++;
-    return err;
-}
-
-void cp_region_last(uint64_t *calls, int *err, uintptr_t *address)
-{
-    *calls = last.calls;
-    *err = last.err;
-    *address = last.address;
-}
-
 int cp_region_move_to(uintptr_t addr, size_t size, size_t piece, uintptr_t dst)
 {
-    return record(move_to(addr, size, piece, dst), dst);
+    return move_to(addr, size, piece, dst);
 }
 
 int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
@@ -484,7 +459,7 @@ int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
     int err = move_congruent(addr, size, piece, modulus, residue, &dst);
     if (!err)
         *out = dst;
-    return record(err, dst);
+    return err;
 }
 
 int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
@@ -494,5 +469,5 @@ int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
     int err = resize(addr, old_size, new_size, kind, huge_shift, modulus, &dst);
     if (!err)
         *out = dst;
-    return record(err, dst);
+    return err;
 }

@@ -72,19 +72,15 @@ int cp_region_move_congruent(uintptr_t addr, size_t size, size_t piece,
                              size_t modulus, size_t residue, uintptr_t *out);
 
 /* Grow or shrink to new_size: in place when the address space allows, else
- * moved to a destination congruent with addr modulo `modulus`.  *out gets
+ * moved to a destination congruent with addr modulo `modulus` (below 1 GiB:
+ * modulo min(modulus, 2 MiB), where the kernel's own choice of place
+ * usually is; see resize() in region.c).  *out gets
  * the address (addr when in place).  On failure nothing has changed,
  * except with CP_REGION_LOST (see cp_region_move_to).
  * kind/huge_shift as for cp_region_map; THP regions keep MADV_HUGEPAGE.
  * hugetlb regions are not inherited by a forked child (MADV_DONTFORK). */
 int cp_region_resize(uintptr_t addr, size_t old_size, size_t new_size,
                      int kind, int huge_shift, size_t modulus, uintptr_t *out);
-
-/* The outcome of this thread's last cp_region_move_to, _move_congruent or
- * _resize: how many there have been, its result and the region's address
- * after it (0 on failure).  For a caller interrupted between the call's
- * return and the use of its result. */
-void cp_region_last(uint64_t *calls, int *err, uintptr_t *address);
 
 /* END CDEF */
 
