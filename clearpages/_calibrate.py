@@ -190,22 +190,25 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
     why: dict[str, str] = {}
     same = "measured: no gain beyond the noise over the default (%s), kept"
 
-    def others(s: int, name: str, temporal: bool) -> str:
+    def routine_why(at: list[int], name: str, default_name: str, temporal: bool) -> str:
+        """The routine chosen for a role (temporal or streaming), its speed at
+        a size where it is used (the middle of `at` for the temporal role, the
+        largest for the streaming one) against the two next best of its kind."""
+        if not at:
+            return same % default_name
+        s = at[len(at) // 2] if temporal else at[-1]
         alt = sorted((n for n in data[s][_measure.WARM]
                       if BY_NAME[n].temporal == temporal and n != name),
                      key=lambda n: -_score(data[s], n))[:2]
-        return ", ".join("%s %s" % (n, _at(data[s], n)) for n in alt)
+        return "measured: %s %s GB/s %s at %s (%s); %s" % (
+            name, _at(data[s], name), _scen(data[s]), format_size(s),
+            ", ".join("%s %s" % (n, _at(data[s], n)) for n in alt),
+            "beats the default %s beyond the noise" % default_name
+            if name != default_name else "the default, not beaten beyond the noise")
 
-    mid = [s for s in sizes if th.vector_max <= s < th.nt_min]
-    if mid:
-        s = mid[len(mid) // 2]
-        why["temporal"] = "measured: %s %s GB/s %s at %s (%s); %s" % (
-            th.temporal, _at(data[s], th.temporal), _scen(data[s]), format_size(s),
-            others(s, th.temporal, True),
-            "beats the default %s beyond the noise" % default.temporal
-            if th.temporal != default.temporal else "the default, not beaten beyond the noise")
-    else:
-        why["temporal"] = same % default.temporal
+    temps = [s for s in sizes if th.vector_max <= s < th.nt_min]
+    streams = [s for s in sizes if s >= th.nt_min]
+    why["temporal"] = routine_why(temps, th.temporal, default.temporal, True)
 
     if th.vector_max != default.vector_max:
         at = min((s for s in sizes if s >= th.vector_max), default=None)
@@ -217,8 +220,6 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
     else:
         why["vector_max"] = same % format_size(default.vector_max)
 
-    streams = [s for s in sizes if s >= th.nt_min]
-    temps = [s for s in sizes if th.vector_max <= s < th.nt_min]
     if th.nt_min != default.nt_min or th.streaming != default.streaming:
         parts = []
         if streams:
@@ -233,15 +234,7 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
         why["nt_min"] = "measured: " + (", ".join(parts) or "streaming above the sizes measured")
     else:
         why["nt_min"] = same % format_size(default.nt_min)
-    if streams:
-        s = streams[-1]
-        why["streaming"] = "measured: %s %s GB/s %s at %s (%s); %s" % (
-            th.streaming, _at(data[s], th.streaming), _scen(data[s]), format_size(s),
-            others(s, th.streaming, False),
-            "beats the default %s beyond the noise" % default.streaming
-            if th.streaming != default.streaming else "the default, not beaten beyond the noise")
-    else:
-        why["streaming"] = same % default.streaming
+    why["streaming"] = routine_why(streams, th.streaming, default.streaming, False)
 
     if (th.long, th.long_min) == (default.long, default.long_min):
         why["long_min"] = why["long"] = same % (
