@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _core, _dispatch, _measure
+from . import _core, _dispatch, _measure, _system
 from ._policy import NEVER, Thresholds, choose_threads, decide
 from ._routines import BY_NAME
 from ._units import KiB, MiB, format_size
@@ -327,23 +327,11 @@ def grid(lo: int, hi: int, *, halves: tuple[int, int] | None = None) -> list[int
     return out
 
 
-def memory_cap() -> int:
-    """A quarter of the memory available now (bytes): the most a measurement maps."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 4
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 30
-
-
 def plan_sizes(cpu: Any, quick: bool) -> tuple[list[int], list[int]]:
     """(routine sizes, thread sizes) to measure on this CPU."""
     last = cpu.last_cache or 32 * MiB
     top = 256 * MiB if quick else max(1 << 30, 1 << (2 * last - 1).bit_length())
-    top = min(top, 1 << (memory_cap().bit_length() - 1), 4 << 30)
+    top = min(top, 1 << (_system.measurement_cap().bit_length() - 1), 4 << 30)
     if quick:
         sizes = grid(1 * KiB, top)
     else:
