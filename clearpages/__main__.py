@@ -207,6 +207,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--sizes needs sizes of at least 1 byte")
     if args.profile:
         return _bench_profile(args, sizes, out)
+    if args.programs:
+        return _bench_programs(args, sizes, out)
     if sizes is None:
         sizes = _report.cap_sizes([_units.parse_size(s) for s in
                                    (_report.QUICK_SIZES if args.quick else _report.FULL_SIZES)])
@@ -235,6 +237,32 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if args.plot:
         _output.plot_bench(data, _core.cpu(), args.plot, __version__)
         print("wrote %s" % args.plot, file=table_out)
+    return 0
+
+
+def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
+    from . import _programs
+
+    if args.methods or args.json or args.plot or args.scenario != "both" or args.direct:
+        raise UsageError("--programs runs every candidate in every workload, warm and "
+                         "cold; it takes no --methods, --json, --plot, --scenario or --direct")
+    quick = args.quick
+    sizes = _report.cap_sizes(sizes or list(_programs.QUICK_SIZES if quick else _programs.SIZES))
+    mixed = [n for n in (_programs.QUICK_MIXED_SIZES if quick else _programs.MIXED_SIZES)
+             if args.sizes is None or n in sizes]
+    progress = _output.Progress("programs", quiet=args.quiet)
+    try:
+        res = _programs.run(sizes, mixed_sizes=mixed,
+                            rounds=args.repeat or (9 if quick else 15),
+                            target_s=args.target_ms / 1000 if args.target_ms else 0.0005,
+                            progress=progress)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        progress.close()
+    cpu = _core.cpu()
+    print("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), file=out)
+    _programs.report(res, out)
     return 0
 
 
@@ -363,6 +391,11 @@ def parser() -> argparse.ArgumentParser:
                    help="write this machine's profile (every routine called directly, "
                         "warm and cold, 4 KiB to 1 GiB) as JSON and replay the default "
                         "policy against it")
+    b.add_argument("--programs", action="store_true",
+                   help="whole programs instead of clears: a clear, then what the program "
+                        "does with the buffer (pad a batch, a scratch buffer, a page pool, "
+                        "a wipe; a hot buffer and a cold pool together), warm and cold; "
+                        "auto's ratio to the best candidate, with its spread")
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
     b.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)
