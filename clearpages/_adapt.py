@@ -1,11 +1,11 @@
-"""Adaptive auto: the Python face of the learner in csrc/adapt.c.
+"""Adaptive auto: the Python face of the learner in csrc/core/adapt.c.
 
 In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
 clear with ``method="auto"`` asks the learner which store to use, is timed
 (two clock reads), and reports the time.  The learner keeps, per size class
 (powers of two) and per kind of buffer ("cleared again soon" or "other"),
 the time per byte of the ordinary-store and the streaming routine, and
-exploits the faster one (see csrc/adapt.c for the rules and their bounds).
+exploits the faster one (see csrc/core/adapt.c for the rules and their bounds).
 
 This module configures the learner from the thresholds, and reads back
 what it has learned for ``plan()`` and ``python -m clearpages info``.

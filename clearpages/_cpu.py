@@ -1,6 +1,6 @@
 """The CPU description the policy works from.
 
-The native probe reads CPUID once (``csrc/cpu.c``); this module turns it into
+The native probe reads CPUID once (``csrc/core/cpu.c``); this module turns it into
 an immutable :class:`CPU`, fills cache sizes the CPUID walk could not give
 from ``/sys/devices/system/cpu/cpu0/cache``, and applies
 ``CLEARPAGES_DISABLE`` so that every dispatch path can be exercised on one

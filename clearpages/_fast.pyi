@@ -1,4 +1,4 @@
-# The CPython extension clearpages._fast (csrc/pyext/_fast.c).
+# The CPython extension clearpages._fast (csrc/pyext/*.c).
 from collections.abc import Callable, Iterable
 from typing import Any
 

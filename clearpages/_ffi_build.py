@@ -2,8 +2,14 @@
 
 setup.py names ``clearpages/_ffi_build.py:ffi`` in ``cffi_modules``.  The
 routine table (``_routines.py``) says which ``asm/<name>.S`` files to assemble
-and which ``cp_clear_<name>`` symbols to declare; every ``csrc/*.h`` gives its
-declarations between ``BEGIN CDEF`` and ``END CDEF``.
+and which ``cp_clear_<name>`` symbols to declare; every ``csrc/core/*.h`` gives
+its declarations between ``BEGIN CDEF`` and ``END CDEF``.
+
+The C sources are two layers: ``csrc/core/`` (the routines' callers, jobs,
+the learner, regions, CPU identification; no Python API), built into this
+cffi module, and ``csrc/pyext/`` (the CPython binding: argument forms,
+routing, running, configuration, the Region type), built into
+``clearpages._fast`` by :func:`fast_extension`.
 
 A portable build (only the C library's memset) is made when the target is not
 x86-64 or when ``CLEARPAGES_PORTABLE=1`` is set at build time.
@@ -21,7 +27,8 @@ from typing import Any
 from cffi import FFI
 
 ROOT = Path(__file__).resolve().parent.parent
-CSRC = ROOT / "csrc"
+CSRC = ROOT / "csrc" / "core"
+PYEXT = ROOT / "csrc" / "pyext"
 ASM = ROOT / "asm"
 
 _X86_64_MACHINES = frozenset({"x86_64", "amd64", "x64"})
@@ -121,9 +128,12 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
     return ffi
 
 
-#: The CPython extension (argument parsing, buffers, the Region type): its
-#: one source, outside csrc/*.c, which all go into the cffi module.
-FAST_SOURCE = "csrc/pyext/_fast.c"
+
+
+def fast_sources() -> list[str]:
+    """The sources of the CPython extension (argument forms, buffers, the
+    Region type): csrc/pyext/*.c, relative to the root."""
+    return sorted(p.relative_to(ROOT).as_posix() for p in PYEXT.glob("*.c"))
 
 
 def fast_extension(portable: bool | None = None) -> Any:
@@ -136,8 +146,8 @@ def fast_extension(portable: bool | None = None) -> Any:
         portable = is_portable()
     return Extension(
         "clearpages._fast",
-        sources=[FAST_SOURCE],
-        include_dirs=["csrc"],
+        sources=fast_sources(),
+        include_dirs=["csrc/core", "csrc/pyext"],
         define_macros=[("CP_PORTABLE", "1")] if portable else [],
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
         extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,

@@ -2,7 +2,7 @@
 
 cffi objects (pointers, arrays, structs) are ``CData``: typed as ``Any`` here,
 as the binding is thin and the typed API lives in the Python modules above it.
-The ``lib`` attributes follow csrc/*.h (between BEGIN/END CDEF) and the
+The ``lib`` attributes follow csrc/core/*.h (between BEGIN/END CDEF) and the
 routine table: a portable build has only ``cp_clear_libc`` of the routines,
 so ``cp_clear_<name>`` may be absent at run time (check with ``hasattr``).
 tests/test_packaging.py checks that every name the built module has is here.

@@ -1,4 +1,4 @@
-"""The adaptive choice of auto (csrc/adapt.c), driven with synthetic times.
+"""The adaptive choice of auto (csrc/core/adapt.c), driven with synthetic times.
 
 A simulated clear costs ``n * ns_per_byte[arm]`` nanoseconds, with a little
 multiplicative noise and an occasional outlier (an interrupt, a page

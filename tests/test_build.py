@@ -56,9 +56,10 @@ def test_routine_table_is_the_packages():
 def test_sources():
     full = _ffi_build.sources(False)
     portable = _ffi_build.sources(True)
-    c_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc").glob("*.c"))
+    c_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc" / "core").glob("*.c"))
     assert portable == c_files
-    assert "csrc/libc.c" in portable and "csrc/jobs.c" in portable and "csrc/cpu.c" in portable
+    assert {"csrc/core/libc.c", "csrc/core/jobs.c", "csrc/core/cpu.c"} <= set(portable)
+    assert not any(s.startswith("csrc/pyext/") for s in full), "the binding is not in _native"
     assert not any(s.endswith(".S") for s in portable)
     asm = [r.source for r in cp.ROUTINES if r.source.startswith("asm/")]
     assert full == c_files + asm

@@ -1,7 +1,7 @@
 """Failures made to happen: faults in worker threads, threads that cannot
 start, moves that fail half way, kernels without MADV_POPULATE_WRITE, CPUs
 without TOPOEXT.  Races that would need luck are made deterministic with
-the native fault injection (csrc/inject.h): the Nth pass through a step
+the native fault injection (csrc/core/inject.h): the Nth pass through a step
 fails, or a foreign mapping appears where another thread could map one."""
 
 from __future__ import annotations

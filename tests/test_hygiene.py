@@ -101,7 +101,7 @@ def test_package_objects_are_cet_clean(tmp_path):
     shared object with the IBT/SHSTK property: nothing of ours drops it."""
     srcs = [str(ROOT / s) for s in _ffi_build.sources(False)]
     out = tmp_path / "objs.so"
-    cmd = (["gcc", "-shared", "-fPIC", "-nostartfiles", "-I", str(ROOT / "csrc"),
+    cmd = (["gcc", "-shared", "-fPIC", "-nostartfiles", "-I", str(ROOT / "csrc" / "core"),
             "-I", str(ROOT / "asm"), "-I", sysconfig.get_paths()["include"]]
            + _ffi_build.COMPILE_ARGS + srcs + ["-Wl,-z,noexecstack", "-o", str(out)])
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

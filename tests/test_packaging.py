@@ -20,7 +20,7 @@ from clearpages._routines import ROUTINES
 
 PKG = Path(clearpages.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (sorted((ROOT / "csrc").glob("*.c")) + sorted((ROOT / "csrc" / "pyext").glob("*.c"))
+SOURCES = (sorted((ROOT / "csrc" / "core").glob("*.c")) + sorted((ROOT / "csrc" / "pyext").glob("*.c"))
            + sorted((ROOT / "asm").glob("*.S")))
 
 IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
@@ -95,7 +95,8 @@ def test_source_compiles_without_warnings(source, tmp_path):
     from clearpages import _ffi_build
 
     obj = tmp_path / (source.stem + ".o")
-    cmd = (["gcc", "-c", "-fPIC", "-Werror", "-I", str(ROOT / "csrc"), "-I", str(ROOT / "asm"),
+    cmd = (["gcc", "-c", "-fPIC", "-Werror", "-I", str(ROOT / "csrc" / "core"),
+            "-I", str(ROOT / "csrc" / "pyext"), "-I", str(ROOT / "asm"),
             "-I", sysconfig.get_paths()["include"]]
            + _ffi_build.COMPILE_ARGS + [str(source), "-o", str(obj)])
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,0 +1,128 @@
+/*
+ * The argument forms the entries take; anything else is declined and goes
+ * to the Python hooks, which explain or normalize it.
+ */
+#include "fast.h"
+
+/* The routine index of a method name, AUTO, or DECLINE (not a str, unknown,
+ * "discard", or a routine this machine cannot run). */
+int method_index(PyObject *m)
+{
+    if (!m || m == s_auto)
+        return AUTO;
+    for (int i = 0; i < cfg.n; i++)
+        if (m == cfg.r[i].name)
+            return cfg.r[i].fn ? i : DECLINE;
+    if (!PyUnicode_Check(m))
+        return DECLINE;
+    if (PyUnicode_Compare(m, s_auto) == 0)
+        return AUTO;
+    for (int i = 0; i < cfg.n; i++)
+        if (PyUnicode_Compare(m, cfg.r[i].name) == 0)
+            return cfg.r[i].fn ? i : DECLINE;
+    return DECLINE;
+}
+
+/* 1..CP_MAX_THREADS, 0 for "auto", DECLINE otherwise (bools and int
+ * subclasses too: Python normalizes those). */
+int threads_value(PyObject *t)
+{
+    if (!t)
+        return 1;
+    if (PyLong_CheckExact(t)) {
+        int overflow;
+        long v = PyLong_AsLongAndOverflow(t, &overflow);
+        return !overflow && v >= 1 && v <= CP_MAX_THREADS ? (int)v : DECLINE;
+    }
+    if (PyUnicode_Check(t) && PyUnicode_CompareWithASCIIString(t, "auto") == 0)
+        return 0;
+    return DECLINE;
+}
+
+/* Errors that mean "this object has no usable writable buffer" (or "is not
+ * an integer"): Python explains those.  Anything else (KeyboardInterrupt,
+ * MemoryError, an exception from the object's own code) propagates. */
+int is_refusal(void)
+{
+    return PyErr_ExceptionMatches(PyExc_TypeError)
+        || PyErr_ExceptionMatches(PyExc_BufferError)
+        || PyErr_ExceptionMatches(PyExc_ValueError);
+}
+
+/* Take the pending refusal as its message (a str), clearing it; NULL with
+ * the error left set when it is not a refusal. */
+PyObject *take_refusal(void)
+{
+    if (!is_refusal())
+        return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *msg = value ? PyObject_Str(value) : PyUnicode_FromString("");
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return msg;
+}
+
+const char *const kw_names[] = {"method", "threads", "hot", "page_size", NULL};
+PyObject *kw_objects[4];
+
+static PyObject *interned_kw(const char *name)
+{
+    for (int i = 0; kw_names[i]; i++)
+        if (kw_names[i] == name)
+            return kw_objects[i];
+    return NULL;
+}
+
+int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, int npos, PyObject **pos, const char *const *posnames,
+               struct kw *kws, int nkw)
+{
+    if (nargs > npos) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d positional argument%s but %zd were given",
+                     fn, npos, npos == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        pos[i] = args[i];
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nk; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k), *value = args[nargs + k];
+        int found = 0;
+        /* Keyword names at a call site are interned constants: the same
+         * objects as ours, so a pointer test finds them. */
+        for (int j = 0; j < nkw && !found; j++)
+            if (key == interned_kw(kws[j].name)) {
+                *kws[j].slot = value;
+                found = 1;
+            }
+        for (int j = 0; j < nkw && !found; j++)
+            if (PyUnicode_CompareWithASCIIString(key, kws[j].name) == 0) {
+                *kws[j].slot = value;
+                found = 1;
+            }
+        for (int j = 0; j < npos && !found; j++)
+            if (PyUnicode_CompareWithASCIIString(key, posnames[j]) == 0) {
+                if (pos[j]) {
+                    PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
+                                 fn, posnames[j]);
+                    return -1;
+                }
+                pos[j] = value;
+                found = 1;
+            }
+        if (!found) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+                         fn, key);
+            return -1;
+        }
+    }
+    for (int j = 0; j < npos; j++)
+        if (!pos[j]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'",
+                         fn, posnames[j]);
+            return -1;
+        }
+    return 0;
+}

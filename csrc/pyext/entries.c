@@ -1,0 +1,426 @@
+/*
+ * The entries: clear, clear_many, clear_runs and clear_pages, each in one
+ * native call (arguments taken, buffers acquired, the work run, every
+ * buffer released), and their _exact forms, called back by Python with
+ * normalized arguments.
+ */
+#include <string.h>
+
+#include "fast.h"
+
+static const char *const clear_pos[] = {"buf"};
+
+/* strict: called back from Python with normalized arguments, so declining
+ * again would be a bug, not a refusal to explain. */
+static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          int strict)
+{
+    PyObject *buf = NULL, *method = NULL, *threads = NULL, *hot = NULL;
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}, {kw_names[2], &hot}};
+    if (parse_args("clear", args, nargs, kwnames, 1, &buf, clear_pos, kws, 3) < 0)
+        return NULL;
+    if (ensure_ready() < 0)
+        return NULL;
+    if (hot == Py_None)
+        hot = NULL;
+    int idx = method_index(method);
+    int nthreads = threads_value(threads);
+    Py_buffer view;
+    PyObject *err = NULL;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
+        err = take_refusal();
+        if (!err)
+            return NULL;
+        goto decline;
+    }
+    if (idx == DECLINE || nthreads == DECLINE)
+        goto release_decline;
+    size_t n = (size_t)view.len;
+    char *base = view.buf;
+    int rc;
+    if (debug_hook && call_debug_hook("acquired", -1, n) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (!hot) {
+        rc = clear_extent(base, n, idx, nthreads);
+    } else {
+        Py_ssize_t start, stop;
+        if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != 2
+            || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 0))
+            || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 1)))
+            goto release_decline;
+        start = PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 0));
+        stop = start == -1 && PyErr_Occurred() ? -1
+             : PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 1));
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            PyErr_Clear();
+            goto release_decline;
+        }
+        if (start < 0 || start > stop || (size_t)stop > n)
+            goto release_decline;
+        rc = clear_with_hot(base, n, (size_t)start, (size_t)stop, idx, nthreads);
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+
+release_decline:
+    PyBuffer_Release(&view);
+decline:
+    if (strict) {
+        Py_XDECREF(err);
+        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
+        return NULL;
+    }
+    PyObject *res = PyObject_CallFunctionObjArgs(
+        hook_clear, buf, method ? method : s_auto, threads ? threads : one,
+        hot ? hot : Py_None, err ? err : Py_None, NULL);
+    Py_XDECREF(err);
+    return res;
+}
+
+PyObject *fast_clear(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    (void)self;
+    return do_clear(args, nargs, kwnames, 0);
+}
+
+PyObject *fast_clear_exact(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    (void)self;
+    return do_clear(args, nargs, kwnames, 1);
+}
+
+/* ---- many buffers ----------------------------------------------------------- */
+
+struct views {
+    Py_buffer *v;
+    Py_ssize_t n;       /* acquired so far */
+};
+
+static void views_release(struct views *vs)
+{
+    for (Py_ssize_t i = 0; i < vs->n; i++)
+        PyBuffer_Release(&vs->v[i]);
+    PyMem_Free(vs->v);
+    vs->v = NULL;
+    vs->n = 0;
+}
+
+/* Run a job over n extents (routing by their total, as one piece of work). */
+static const char *const many_pos[] = {"bufs"};
+
+static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                               int strict)
+{
+    PyObject *bufs = NULL, *method = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
+    if (parse_args("clear_many", args, nargs, kwnames, 1, &bufs, many_pos, kws, 2) < 0)
+        return NULL;
+    if (ensure_ready() < 0)
+        return NULL;
+    /* Our own tuple of the items (strong references): an item's __buffer__
+     * or __index__ may change the caller's list while we walk it. */
+    PyObject *seq = PySequence_Tuple(bufs);
+    if (!seq)
+        return NULL;
+    int idx = method_index(method), nthreads = threads_value(threads);
+    PyObject *bad = NULL, *res = NULL;
+    struct views vs = {NULL, 0};
+    if (idx == DECLINE || nthreads == DECLINE)
+        goto decline;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    vs.v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_buffer));
+    char **addrs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(char *));
+    size_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(size_t));
+    if (!vs.v || !addrs || !lens) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, i), &vs.v[i], PyBUF_WRITABLE) < 0) {
+            PyObject *msg = take_refusal();
+            if (!msg)
+                goto fail;
+            bad = Py_BuildValue("(nN)", i, msg);
+            if (!bad)
+                goto fail;
+            PyMem_Free(addrs);
+            PyMem_Free(lens);
+            views_release(&vs);
+            goto decline;
+        }
+        vs.n = i + 1;
+        addrs[i] = vs.v[i].buf;
+        lens[i] = (size_t)vs.v[i].len;
+        total += lens[i];
+    }
+    if (call_debug_hook("acquired", -1, total) == 0
+        && clear_extents(addrs, lens, (size_t)n, total, idx, nthreads) == 0)
+        res = Py_NewRef(Py_None);
+fail:
+    PyMem_Free(addrs);
+    PyMem_Free(lens);
+    views_release(&vs);
+    Py_DECREF(seq);
+    return res;
+
+decline:
+    if (strict) {
+        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
+    } else {
+        res = PyObject_CallFunctionObjArgs(
+            hook_many, seq, method ? method : s_auto, threads ? threads : one,
+            bad ? bad : Py_None, NULL);
+    }
+    Py_XDECREF(bad);
+    Py_DECREF(seq);
+    return res;
+}
+
+PyObject *fast_clear_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    (void)self;
+    return do_clear_many(args, nargs, kwnames, 0);
+}
+
+PyObject *fast_clear_many_exact(PyObject *self, PyObject *const *args,
+                                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    return do_clear_many(args, nargs, kwnames, 1);
+}
+
+/* clear_runs(addrs, lens, *, method, threads): extents given as two
+ * buffers of uint64 (a strided array's runs); the caller keeps their
+ * memory alive.  Arguments are normalized by Python. */
+static const char *const runs_pos[] = {"addrs", "lens"};
+
+PyObject *fast_clear_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    (void)self;
+    PyObject *pos[2] = {NULL, NULL}, *method = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
+    if (parse_args("clear_runs", args, nargs, kwnames, 2, pos, runs_pos, kws, 2) < 0)
+        return NULL;
+    if (ensure_ready() < 0)
+        return NULL;
+    int idx = method_index(method), nthreads = threads_value(threads);
+    if (idx == DECLINE || nthreads == DECLINE) {
+        PyErr_SetString(PyExc_ValueError, "clear_runs: bad method or threads");
+        return NULL;
+    }
+    Py_buffer a, l;
+    if (PyObject_GetBuffer(pos[0], &a, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(pos[1], &l, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (a.len != l.len || a.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "clear_runs: two uint64 buffers of one length");
+    } else {
+        size_t n = (size_t)a.len / 8, total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += ((size_t *)l.buf)[i];
+        if (clear_extents(a.buf, l.buf, n, total, idx, nthreads) == 0)
+            res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&l);
+    return res;
+}
+
+/* ---- pages ------------------------------------------------------------------ */
+
+/* Page indices from a list or tuple, each as array.array('q') reads it (an
+ * int or an object with __index__).  Returns a PyMem buffer, or NULL with an
+ * exception set: TypeError or PageIndexError naming the position, or
+ * whatever an item's __index__ raised. */
+static int64_t *indices_from_sequence(PyObject *tuple, Py_ssize_t *count)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    int64_t *out = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!out) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        PyObject *num = PyNumber_Index(item);
+        if (!num) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError,
+                             "pages must be a sequence or buffer of integer page indices; "
+                             "item %zd is %s", i, Py_TYPE(item)->tp_name);
+            }
+            PyMem_Free(out);
+            return NULL;
+        }
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
+        if (overflow) {
+            PyErr_Format(page_index_error,
+                         "page index %S (position %zd) is outside any buffer "
+                         "(beyond the 64-bit range)", num, i);
+            Py_DECREF(num);
+            PyMem_Free(out);
+            return NULL;
+        }
+        Py_DECREF(num);
+        out[i] = v;
+    }
+    *count = n;
+    return out;
+}
+
+static int is_int64_format(const Py_buffer *v)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    return v->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
+}
+
+static const char *const pages_pos[] = {"buf", "pages"};
+
+static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                int strict)
+{
+    PyObject *pos[2] = {NULL, NULL}, *page_size = NULL, *method = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[3], &page_size}, {kw_names[0], &method},
+                       {kw_names[1], &threads}};
+    if (parse_args("clear_pages", args, nargs, kwnames, 2, pos, pages_pos, kws, 3) < 0)
+        return NULL;
+    if (ensure_ready() < 0)
+        return NULL;
+    PyObject *buf = pos[0], *pages = pos[1];
+    int idx = method_index(method), nthreads = threads_value(threads);
+    size_t psize = 4096;
+    if (page_size) {
+        int overflow = 0;
+        long long v = PyLong_CheckExact(page_size)
+            ? PyLong_AsLongLongAndOverflow(page_size, &overflow) : -1;
+        if (overflow || v < 1 || v > (1ll << 56))
+            idx = DECLINE;
+        else
+            psize = (size_t)v;
+    }
+    Py_buffer view, pv;
+    int have_pv = 0;
+    PyObject *err = NULL, *res = NULL, *snapshot = NULL;
+    int64_t *owned = NULL;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
+        err = take_refusal();
+        if (!err)
+            return NULL;
+        goto decline;
+    }
+    if (idx == DECLINE || nthreads == DECLINE)
+        goto release_decline;
+    const int64_t *list;
+    Py_ssize_t count;
+    if (PyList_CheckExact(pages) || PyTuple_CheckExact(pages)) {
+        /* Our own tuple: an item's __index__ may change the caller's list. */
+        snapshot = PySequence_Tuple(pages);
+        if (!snapshot)
+            goto fail;
+        owned = indices_from_sequence(snapshot, &count);
+        if (!owned)
+            goto fail;
+        list = owned;
+    } else if (PyObject_CheckBuffer(pages)) {
+        if (PyObject_GetBuffer(pages, &pv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            if (!is_refusal())
+                goto fail;
+            PyErr_Clear();
+            goto release_decline;
+        }
+        have_pv = 1;
+        if (!is_int64_format(&pv) || pv.len % 8)
+            goto release_decline;
+        list = pv.buf;
+        count = pv.len / 8;
+    } else {
+        goto release_decline;       /* Python reads other iterables */
+    }
+    if (count == 0) {
+        res = Py_NewRef(Py_None);
+        goto fail;
+    }
+    size_t bad = 0;
+    struct cp_job *job = nat.job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
+                                            psize, &bad);
+    if (!job) {
+        if (bad >= (size_t)count) {
+            PyErr_NoMemory();
+        } else {
+            size_t n = (size_t)view.len, np = n / psize + (n % psize != 0);
+            PyErr_Format(page_index_error,
+                         "page index %lld (position %zu) is outside the buffer: it has "
+                         "%zu page%s of %zu bytes, so indices run from 0 to %lld",
+                         (long long)list[bad], bad, np, np == 1 ? "" : "s", psize,
+                         (long long)np - 1);
+        }
+        goto fail;
+    }
+    size_t total = nat.job_total(job);
+    int t = nthreads == 0 ? auto_threads(total) : nthreads;
+    int routine = idx == AUTO ? route(total, (size_t)count, t) : idx;
+    if (call_debug_hook("acquired", -1, total) == 0
+        && run_job(job, routine, t, chunk_for(total, t), total) == 0)
+        res = Py_NewRef(Py_None);
+    nat.job_free(job);
+fail:
+    if (have_pv)
+        PyBuffer_Release(&pv);
+    PyMem_Free(owned);
+    Py_XDECREF(snapshot);
+    PyBuffer_Release(&view);
+    return res;
+
+release_decline:
+    if (have_pv)
+        PyBuffer_Release(&pv);
+    PyMem_Free(owned);
+    Py_XDECREF(snapshot);
+    PyBuffer_Release(&view);
+decline:
+    if (strict) {
+        Py_XDECREF(err);
+        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
+        return NULL;
+    }
+    res = PyObject_CallFunctionObjArgs(
+        hook_pages, buf, pages, page_size ? page_size : default_page_size, method ? method : s_auto,
+        threads ? threads : one, err ? err : Py_None, NULL);
+    Py_XDECREF(err);
+    return res;
+}
+
+PyObject *fast_clear_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    (void)self;
+    return do_clear_pages(args, nargs, kwnames, 0);
+}
+
+PyObject *fast_clear_pages_exact(PyObject *self, PyObject *const *args,
+                                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    return do_clear_pages(args, nargs, kwnames, 1);
+}

@@ -1,0 +1,168 @@
+/*
+ * Private to clearpages._fast: what its files share.  Each file does one
+ * job: module.c (the module and its method table), args.c (the argument
+ * forms taken), route.c (the routing "auto" follows), run.c (calling a
+ * routine, running a job), entries.c (clear, clear_many, clear_pages),
+ * config.c (binding to clearpages._native, configure and the queries of
+ * the configured routing), region_type.c (RegionMemory).
+ *
+ * Everything declared here is hidden: the module exports PyInit__fast
+ * alone.
+ */
+#ifndef CLEARPAGES_FAST_H
+#define CLEARPAGES_FAST_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adapt.h"
+#include "clearpages.h"
+#include "region.h"
+
+#pragma GCC visibility push(hidden)
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+#define MAX_ROUTINES 16
+#define SPLIT 4096u
+
+/* ---- what _native provides (config.c binds it) --------------------------- */
+
+struct native {
+    void *handle;
+    const struct cp_routine_entry *routines;
+    struct cp_job *(*job_new)(char *const *, const size_t *, size_t);
+    struct cp_job *(*job_from_pages)(char *, size_t, const int64_t *, size_t,
+                                     size_t, size_t *);
+    int (*job_configure)(struct cp_job *, cp_clear_fn, size_t, int, int);
+    int (*job_run)(struct cp_job *, uint64_t);
+    size_t (*job_total)(const struct cp_job *);
+    void (*job_free)(struct cp_job *);
+    int (*region_map)(size_t, size_t, int, int, uintptr_t *);
+    int (*region_unmap)(uintptr_t, size_t);
+    int (*region_discard)(uintptr_t, size_t);
+    int (*region_resize)(uintptr_t, size_t, size_t, int, int, size_t, uintptr_t *);
+    int (*region_move_to)(uintptr_t, size_t, size_t, uintptr_t);
+    int (*region_move_congruent)(uintptr_t, size_t, size_t, size_t, size_t,
+                                 uintptr_t *);
+    int (*job_error)(const struct cp_job *);          /* optional */
+    /* Adaptive auto (core/adapt.h), optional: choose(n, addr) -> a ticket,
+     * < 0 for the static choice, else ticket & 1 is the arm (1: streaming);
+     * record(n, ticket, ns). */
+    const struct cp_adapt_api *adapt;
+};
+
+extern struct native nat;
+
+/* ---- the routing Python configured (config.c) ----------------------------- */
+
+struct routine {
+    PyObject *name;             /* interned str */
+    cp_clear_fn fn;             /* NULL: not usable here (unbuilt, masked) */
+    cp_clear_fn job_fn;         /* the unfenced entry for jobs, else fn */
+    int fence;                  /* job_fn needs one sfence per thread */
+    int temporal;
+};
+
+struct config {
+    int ready;
+    int n;
+    struct routine r[MAX_ROUTINES];
+    int small, temporal, streaming, forced;   /* indices; forced -1: none */
+    size_t vector_max, nt_min, chunk, thread_min, gil_min;
+    int most_threads;
+    uint64_t slice_ns;
+    size_t adapt_lo, adapt_hi;                 /* lo >= hi, or no learner: off */
+    int long_idx;                              /* -1: none */
+    size_t long_min;
+};
+
+extern struct config cfg;
+
+extern PyObject *s_auto;            /* "auto", interned */
+extern PyObject *one;               /* 1, the default thread count */
+extern PyObject *default_page_size; /* 4096 */
+extern PyObject *hook_init;         /* () -> None: build the state, configure */
+extern PyObject *hook_clear;        /* (buf, method, threads, hot, err) */
+extern PyObject *hook_many;         /* (seq, method, threads, bad) */
+extern PyObject *hook_pages;        /* (buf, pages, page_size, method, threads, err) */
+extern PyObject *page_index_error;  /* clearpages.PageIndexError */
+extern PyObject *debug_hook;        /* tests: called before every slice */
+
+/* Configure through the Python hook if that has not happened yet. */
+int ensure_ready(void);
+
+/* ---- route.c ---------------------------------------------------------------- */
+
+int route(size_t nbytes, size_t count, int threads);
+int auto_threads(size_t nbytes);
+size_t chunk_for(size_t nbytes, int threads);
+void hot_routes(int idx, size_t hot_nbytes, int *cold, int *hot);
+
+/* ---- args.c ------------------------------------------------------------------ */
+
+enum { AUTO = -1, DECLINE = -2 };
+
+int method_index(PyObject *m);
+int threads_value(PyObject *t);
+int is_refusal(void);
+PyObject *take_refusal(void);
+
+/* The keyword names, interned once (PyInit__fast). */
+extern const char *const kw_names[];
+extern PyObject *kw_objects[4];
+
+/* Keyword arguments of a vectorcall, by name. */
+struct kw {
+    const char *name;
+    PyObject **slot;
+};
+
+int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, int npos, PyObject **pos, const char *const *posnames,
+               struct kw *kws, int nkw);
+
+/* ---- run.c ------------------------------------------------------------------- */
+
+int call_debug_hook(const char *where, int idx, size_t n);
+int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total);
+int clear_extent(char *dst, size_t n, int idx, int threads);
+int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
+int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
+
+/* ---- the module's functions (entries.c, config.c) ------------------------------ */
+
+PyObject *fast_clear(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_many(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_many_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_pages_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_runs(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+extern const char configure_doc[];
+PyObject *fast_configure(PyObject *, PyObject *, PyObject *);
+PyObject *fast_set_hooks(PyObject *, PyObject *, PyObject *);
+PyObject *fast_set_debug_hook(PyObject *, PyObject *);
+PyObject *fast_route(PyObject *, PyObject *);
+PyObject *fast_decide(PyObject *, PyObject *);
+PyObject *fast_hot_route(PyObject *, PyObject *);
+PyObject *fast_settings(PyObject *, PyObject *);
+
+/* ---- region_type.c --------------------------------------------------------------- */
+
+extern PyTypeObject RegionMemoryType;
+
+#pragma GCC visibility pop
+
+#endif

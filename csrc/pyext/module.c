@@ -1,0 +1,109 @@
+/*
+ * clearpages._fast: the CPython face of the native code.
+ *
+ * One entry per public call (clear, clear_many, clear_pages): arguments
+ * parsed, buffers acquired with PyObject_GetBuffer, the routine chosen from
+ * the routing that Python configured (configure()), the routine called or a
+ * job built and run in time slices, and every buffer released, all inside
+ * one C call.  Nothing is owned by Python between two native steps, so a
+ * signal handler that raises cannot strand a buffer export or a job.  What
+ * this code declines (an unknown method, a read-only or strided buffer, an
+ * odd argument type) goes to a Python function registered with set_hooks(),
+ * which explains the refusal with the package's messages or normalizes the
+ * arguments and calls back in.
+ *
+ * The routines, jobs and region system calls live once in the cffi module
+ * clearpages._native; this module resolves them from it with dlsym (the
+ * module is already loaded: dlopen finds it, nothing is loaded twice), so
+ * the assembly is assembled and linked once and no address passes through
+ * Python.
+ *
+ * Also here: RegionMemory, the base type of clearpages.Region, which owns
+ * one mapping, exports it as a buffer itself and counts the exports, so
+ * resize/move/close can refuse while any is live.
+ *
+ * This file is the module and its method table; fast.h says which file
+ * does which job.
+ */
+#include "fast.h"
+
+PyObject *s_auto, *one, *default_page_size;
+
+#define FASTCALL_KW (METH_FASTCALL | METH_KEYWORDS)
+
+static PyMethodDef module_methods[] = {
+    {"clear", (PyCFunction)(void (*)(void))fast_clear, FASTCALL_KW,
+     "clear(buf, *, method=\"auto\", threads=1, hot=None)\n--\n\n"
+     "Zero every byte of a writable buffer.\n\n"
+     "method: \"auto\" or a name from clearpages.methods() (\"discard\" for a\n"
+     "Region).  threads: an int >= 1 or \"auto\".  hot: a (start, stop) byte\n"
+     "range cleared last with ordinary stores, so it is in cache when the\n"
+     "caller touches it; the rest is cleared with streaming stores."},
+    {"clear_many", (PyCFunction)(void (*)(void))fast_clear_many, FASTCALL_KW,
+     "clear_many(bufs, *, method=\"auto\", threads=1)\n--\n\n"
+     "Zero many buffers in one native call.\n\n"
+     "The routine is chosen from the total size, not each piece: a gigabyte of\n"
+     "4 KiB buffers is a gigabyte of work.  Every buffer is checked before\n"
+     "anything is written."},
+    {"clear_pages", (PyCFunction)(void (*)(void))fast_clear_pages, FASTCALL_KW,
+     "clear_pages(buf, pages, *, page_size=4096, method=\"auto\", threads=1)\n--\n\n"
+     "Zero the listed pages of one buffer: page i is\n"
+     "buf[i*page_size:(i+1)*page_size].\n\n"
+     "The pages are merged into runs in C and cleared in one native call;\n"
+     "repeated pages are cleared once; an index outside the buffer raises\n"
+     "PageIndexError before anything is written."},
+    {"clear_exact", (PyCFunction)(void (*)(void))fast_clear_exact, FASTCALL_KW,
+     "clear with normalized arguments (from the Python side); never declines."},
+    {"clear_many_exact", (PyCFunction)(void (*)(void))fast_clear_many_exact, FASTCALL_KW,
+     "clear_many with normalized arguments; never declines."},
+    {"clear_pages_exact", (PyCFunction)(void (*)(void))fast_clear_pages_exact, FASTCALL_KW,
+     "clear_pages with normalized arguments; never declines."},
+    {"clear_runs", (PyCFunction)(void (*)(void))fast_clear_runs, FASTCALL_KW,
+     "clear_runs(addrs, lens, *, method, threads): extents of a strided buffer."},
+    {"configure", (PyCFunction)(void (*)(void))fast_configure, METH_VARARGS | METH_KEYWORDS,
+     configure_doc},
+    {"set_hooks", (PyCFunction)(void (*)(void))fast_set_hooks, METH_VARARGS | METH_KEYWORDS,
+     "set_hooks(init, clear, many, pages, page_index_error): the Python side."},
+    {"_set_debug_hook", (PyCFunction)fast_set_debug_hook, METH_O,
+     "_set_debug_hook(f or None): f(where, routine, nbytes) is called with the\n"
+     "buffers held: 'acquired', before every job slice ('slice') and direct\n"
+     "call ('call'); tests watch and inject failures with it."},
+    {"decide", fast_decide, METH_VARARGS,
+     "decide(nbytes, count=1, threads=1, method='auto') -> (routine, threads, chunk)."},
+    {"route", fast_route, METH_VARARGS,
+     "route(nbytes, count=1, threads=1) -> what \"auto\" runs."},
+    {"hot_route", fast_hot_route, METH_VARARGS,
+     "hot_route(hot_nbytes, method) -> (cold routine, hot routine)."},
+    {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "clearpages._fast",
+    "clear, clear_many and clear_pages in one native call each, and the\n"
+    "buffer type under clearpages.Region.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fast(void)
+{
+    s_auto = PyUnicode_InternFromString("auto");
+    for (int i = 0; kw_names[i]; i++)
+        if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
+            return NULL;
+    one = PyLong_FromLong(1);
+    default_page_size = PyLong_FromLong(4096);
+    if (!s_auto || !one || !default_page_size || PyType_Ready(&RegionMemoryType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    Py_INCREF(&RegionMemoryType);
+    if (PyModule_AddObject(m, "RegionMemory", (PyObject *)&RegionMemoryType) < 0
+        || PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS) < 0) {
+        Py_DECREF(&RegionMemoryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,357 @@
+/*
+ * RegionMemory, the base type of clearpages.Region: it owns one mapping,
+ * exports it as a buffer itself and counts the exports, so resize, move and
+ * close can refuse while any is live.  The system calls are _native's.
+ */
+#include "fast.h"
+
+typedef struct {
+    PyObject_HEAD
+    uintptr_t address;
+    size_t size;
+    Py_ssize_t exports;
+    int mapped;
+    int kind, shift;            /* as mapped: page = 1 << shift */
+    size_t limit, modulus;      /* address space; resize keeps addr % modulus */
+    PyThread_type_lock lock;
+} RegionMemory;
+
+/* The lock orders the calls that change or export the mapping; system calls
+ * run under it without the GIL, so waiting for it must not hold the GIL. */
+static void region_lock(RegionMemory *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void region_unlock(RegionMemory *self)
+{
+    PyThread_release_lock(self->lock);
+}
+
+static PyObject *region_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    RegionMemory *self = (RegionMemory *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void region_dealloc(RegionMemory *self)
+{
+    /* A live export holds a reference to us, so none is left here. */
+    if (self->mapped && self->exports == 0 && nat.region_unmap)
+        nat.region_unmap(self->address, self->size);
+    self->mapped = 0;
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int region_getbuffer(RegionMemory *self, Py_buffer *view, int flags)
+{
+    region_lock(self);
+    if (!self->mapped) {
+        region_unlock(self);
+        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        view->obj = NULL;
+        return -1;
+    }
+    int rc = PyBuffer_FillInfo(view, (PyObject *)self, (void *)self->address,
+                               (Py_ssize_t)self->size, 0, flags);
+    if (rc == 0)
+        self->exports++;
+    region_unlock(self);
+    return rc;
+}
+
+static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
+{
+    (void)view;
+    self->exports--;
+}
+
+static PyBufferProcs region_as_buffer = {
+    (getbufferproc)region_getbuffer,
+    (releasebufferproc)region_releasebuffer,
+};
+
+/* Under the lock: ValueError if closed, BufferError if exported. */
+static int region_check(RegionMemory *self, const char *what)
+{
+    if (!self->mapped) {
+        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        return -1;
+    }
+    if (self->exports > 0) {
+        Py_ssize_t n = self->exports;
+        PyErr_Format(PyExc_BufferError,
+                     "cannot %s a Region while %zd view%s of it exist%s "
+                     "(release every memoryview and numpy array of it first)",
+                     what, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+        return -1;
+    }
+    return 0;
+}
+
+static int region_bound(void)
+{
+    if (nat.handle)
+        return 0;
+    return ensure_ready();
+}
+
+static PyObject *region_map(RegionMemory *self, PyObject *args)
+{
+    unsigned long long size, align, limit, modulus;
+    int kind, shift;
+    if (!PyArg_ParseTuple(args, "KKiiKK", &size, &align, &kind, &shift, &limit, &modulus)
+        || region_bound() < 0)
+        return NULL;
+    if (shift < 12 || shift > 40 || !modulus) {
+        PyErr_SetString(PyExc_ValueError, "_map: bad page shift or modulus");
+        return NULL;
+    }
+    region_lock(self);
+    if (self->mapped) {
+        region_unlock(self);
+        PyErr_SetString(PyExc_ValueError, "the Region is already mapped");
+        return NULL;
+    }
+    uintptr_t out = 0;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = nat.region_map((size_t)size, (size_t)align, kind, shift, &out);
+    Py_END_ALLOW_THREADS
+    if (!err) {
+        self->address = out;
+        self->size = (size_t)size;
+        self->mapped = 1;
+        self->kind = kind;
+        self->shift = shift;
+        self->limit = (size_t)limit;
+        self->modulus = (size_t)modulus;
+    }
+    region_unlock(self);
+    return PyLong_FromLong(err);
+}
+
+/* op: 0 resize, 1 move_congruent, 2 move_to. */
+static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
+                                 unsigned long long a, unsigned long long b,
+                                 unsigned long long c, unsigned long long d)
+{
+    if (region_bound() < 0)
+        return NULL;
+    region_lock(self);
+    if (region_check(self, what) < 0) {
+        region_unlock(self);
+        return NULL;
+    }
+    uintptr_t addr = self->address, out = addr;
+    size_t size = self->size, new_size = size;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    if (op == 0) {
+        new_size = (size_t)a;
+        err = nat.region_resize(addr, size, new_size, (int)b, (int)c, (size_t)d, &out);
+    } else if (op == 1) {
+        err = nat.region_move_congruent(addr, size, (size_t)a, (size_t)b, (size_t)c, &out);
+    } else {
+        out = (uintptr_t)b;
+        err = nat.region_move_to(addr, size, (size_t)a, out);
+    }
+    Py_END_ALLOW_THREADS
+    if (!err) {
+        self->address = out;
+        self->size = new_size;
+    } else if (err & CP_REGION_LOST) {
+        /* The memory could not be put back and is unmapped: own nothing. */
+        self->mapped = 0;
+        self->address = 0;
+        self->size = 0;
+    }                       /* else the mapping is where it was */
+    region_unlock(self);
+    return PyLong_FromLong(err);
+}
+
+static PyObject *region_resize(RegionMemory *self, PyObject *args)
+{
+    unsigned long long new_size, modulus;
+    int kind, shift;
+    if (!PyArg_ParseTuple(args, "KiiK", &new_size, &kind, &shift, &modulus))
+        return NULL;
+    return region_relocate(self, 0, "resize", new_size, (unsigned)kind, (unsigned)shift,
+                           modulus);
+}
+
+/* resize(new_size): an exact int within the address space goes to the
+ * system calls from here; anything else to the subclass's _resize_slow,
+ * and an errno to its _resize_failed (the messages live in Python). */
+static PyObject *region_resize_public(RegionMemory *self, PyObject *arg)
+{
+    if (PyLong_CheckExact(arg) && self->mapped) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+        size_t page = (size_t)1 << self->shift;
+        if (!overflow && v > 0 && (unsigned long long)v <= self->limit) {
+            size_t n = ((size_t)v + page - 1) / page * page;
+            if (n <= self->limit) {
+                PyObject *r = region_relocate(self, 0, "resize", n, (unsigned)self->kind,
+                                              (unsigned)self->shift, self->modulus);
+                if (!r)
+                    return NULL;
+                long err = PyLong_AsLong(r);
+                Py_DECREF(r);
+                if (err == 0)
+                    Py_RETURN_NONE;
+                return PyObject_CallMethod((PyObject *)self, "_resize_failed", "ln", err,
+                                           (Py_ssize_t)n);
+            }
+        }
+    }
+    return PyObject_CallMethod((PyObject *)self, "_resize_slow", "O", arg);
+}
+
+static PyObject *region_move_congruent(RegionMemory *self, PyObject *args)
+{
+    unsigned long long piece, modulus, residue;
+    if (!PyArg_ParseTuple(args, "KKK", &piece, &modulus, &residue))
+        return NULL;
+    return region_relocate(self, 1, "move", piece, modulus, residue, 0);
+}
+
+static PyObject *region_move_to(RegionMemory *self, PyObject *args)
+{
+    unsigned long long piece, dst;
+    if (!PyArg_ParseTuple(args, "KK", &piece, &dst))
+        return NULL;
+    return region_relocate(self, 2, "move", piece, dst, 0, 0);
+}
+
+static PyObject *region_discard(RegionMemory *self, PyObject *unused)
+{
+    (void)unused;
+    if (region_bound() < 0)
+        return NULL;
+    region_lock(self);
+    if (!self->mapped) {
+        region_unlock(self);
+        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        return NULL;
+    }
+    int err;
+    uintptr_t addr = self->address;
+    size_t size = self->size;
+    Py_BEGIN_ALLOW_THREADS
+    err = nat.region_discard(addr, size);
+    Py_END_ALLOW_THREADS
+    region_unlock(self);
+    return PyLong_FromLong(err);
+}
+
+static PyObject *region_close(RegionMemory *self, PyObject *unused)
+{
+    (void)unused;
+    if (region_bound() < 0)
+        return NULL;
+    region_lock(self);
+    if (!self->mapped) {
+        region_unlock(self);
+        Py_RETURN_NONE;         /* closing twice is allowed */
+    }
+    if (region_check(self, "close") < 0) {
+        region_unlock(self);
+        return NULL;
+    }
+    uintptr_t addr = self->address;
+    size_t size = self->size;
+    self->mapped = 0;
+    self->address = 0;
+    self->size = 0;
+    Py_BEGIN_ALLOW_THREADS
+    nat.region_unmap(addr, size);
+    Py_END_ALLOW_THREADS
+    region_unlock(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *region_get_address(RegionMemory *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->mapped ? self->address : 0);
+}
+
+static PyObject *region_get_size(RegionMemory *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->mapped ? self->size : 0);
+}
+
+static PyObject *region_get_exports(RegionMemory *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(self->exports);
+}
+
+static PyObject *region_get_closed(RegionMemory *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(!self->mapped);
+}
+
+static PyMethodDef region_methods[] = {
+    {"_map", (PyCFunction)region_map, METH_VARARGS,
+     "_map(size, align, kind, page_shift, address_space, modulus) -> errno: map the\n"
+     "memory (once); resize() keeps the address modulo modulus."},
+    {"resize", (PyCFunction)region_resize_public, METH_O,
+     "resize(new_size)\n--\n\n"
+     "Grow or shrink to new_size (rounded up to whole pages).\n\n"
+     "In place where the address space allows; otherwise moved by mremap to an\n"
+     "address congruent with the current one modulo 1 GiB, so the kernel moves\n"
+     "PUD/PMD entries and copies nothing.  Contents are kept (up to the smaller\n"
+     "size), the grown part reads zero, page size and huge-page advice are kept.\n"
+     "BufferError while views exist; on any failure the region is as it was."},
+    {"_resize", (PyCFunction)region_resize, METH_VARARGS,
+     "_resize(new_size, kind, huge_shift, modulus) -> errno (BufferError while exported)."},
+    {"_move_congruent", (PyCFunction)region_move_congruent, METH_VARARGS,
+     "_move_congruent(piece, modulus, residue) -> errno (BufferError while exported)."},
+    {"_move_to", (PyCFunction)region_move_to, METH_VARARGS,
+     "_move_to(piece, address) -> errno (BufferError while exported)."},
+    {"_discard", (PyCFunction)region_discard, METH_NOARGS,
+     "_discard() -> errno: MADV_DONTNEED over the memory."},
+    {"_close", (PyCFunction)region_close, METH_NOARGS,
+     "_close(): unmap (BufferError while exported; twice is allowed)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef region_getset[] = {
+    {"_address", (getter)region_get_address, NULL, "start address (0 when closed)", NULL},
+    {"_size", (getter)region_get_size, NULL, "bytes (0 when closed)", NULL},
+    {"_exports", (getter)region_get_exports, NULL, "live buffer exports", NULL},
+    {"closed", (getter)region_get_closed, NULL, "True once closed (or never mapped)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject RegionMemoryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "clearpages._fast.RegionMemory",
+    .tp_basicsize = sizeof(RegionMemory),
+    .tp_dealloc = (destructor)region_dealloc,
+    .tp_as_buffer = &region_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Private anonymous memory owned by one object, which is its buffer.",
+    .tp_methods = region_methods,
+    .tp_getset = region_getset,
+    .tp_new = region_new,
+};

@@ -1,0 +1,174 @@
+/*
+ * Running: a routine called directly, or a job run in time slices with
+ * the GIL released, signals checked between slices.
+ */
+#include <string.h>
+
+#include "fast.h"
+
+/* Tests see each step: hook(where, routine or None, nbytes), where is
+ * "acquired" (every buffer held), "slice" (before each slice of a job) or
+ * "call" (before a direct call).  One NULL test when no hook is set. */
+int call_debug_hook(const char *where, int idx, size_t n)
+{
+    if (!debug_hook)
+        return 0;
+    PyObject *r = PyObject_CallFunction(debug_hook, "sOn", where,
+                                        idx >= 0 ? cfg.r[idx].name : Py_None, (Py_ssize_t)n);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Run a job to the end in slices; between slices, with the GIL, signal
+ * handlers run and may raise (then the job stops: the caller frees it and
+ * releases its buffers).  Small jobs keep the GIL. */
+int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total)
+{
+    const struct routine *r = &cfg.r[idx];
+    if (nat.job_configure(job, r->job_fn, chunk, threads, r->fence) != 0) {
+        PyErr_Format(PyExc_ValueError, "bad job configuration: %U, %d threads",
+                     r->name, threads);
+        return -1;
+    }
+    uint64_t slice = cfg.slice_ns;
+    int release = threads > 1 || total >= cfg.gil_min;
+    for (;;) {
+        if (call_debug_hook("slice", idx, total) < 0)
+            return -1;
+        int rc;
+        if (release) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = nat.job_run(job, slice);
+            Py_END_ALLOW_THREADS
+        } else {
+            rc = nat.job_run(job, slice);
+        }
+        if (rc == 1)
+            return 0;
+        if (rc < 0) {
+            int err = nat.job_error ? nat.job_error(job) : 0;
+            if (err) {
+                PyObject *e = PyObject_CallFunction(
+                    PyExc_OSError, "iN", err, PyUnicode_FromFormat(
+                        "clearpages: cannot start the worker threads asked for (%s); "
+                        "the buffer is partly cleared", strerror(err)));
+                if (e) {
+                    PyErr_SetObject(PyExc_OSError, e);
+                    Py_DECREF(e);
+                }
+            } else {
+                PyErr_SetString(PyExc_RuntimeError, "clearpages: the native job failed; "
+                                "the buffer is partly cleared");
+            }
+            return -1;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+}
+
+static int call_routine(int idx, void *dst, size_t n)
+{
+    cp_clear_fn fn = cfg.r[idx].fn;
+    if (debug_hook && call_debug_hook("call", idx, n) < 0)
+        return -1;
+    if (n >= cfg.gil_min) {
+        Py_BEGIN_ALLOW_THREADS
+        fn(dst, n);
+        Py_END_ALLOW_THREADS
+    } else {
+        fn(dst, n);
+    }
+    return 0;
+}
+
+/* Clear one extent with routine idx (or "auto": idx AUTO) on threads
+ * (0: "auto").  In the adaptive band a single-threaded auto clear asks the
+ * learner for the routine and reports its time. */
+int clear_extent(char *dst, size_t n, int idx, int threads)
+{
+    if (threads == 0)
+        threads = auto_threads(n);
+    int ticket = -1;
+    if (idx == AUTO) {
+        idx = route(n, 1, threads);
+        if (threads == 1 && n >= cfg.adapt_lo && n < cfg.adapt_hi && cfg.forced < 0) {
+            ticket = nat.adapt->choose(n, dst);
+            if (ticket >= 0)
+                idx = ticket & CP_ADAPT_STREAMING ? cfg.streaming
+                    : n < cfg.vector_max ? cfg.small : cfg.temporal;
+        }
+    }
+    uint64_t t0 = ticket >= 0 ? nat.adapt->now_ns() : 0;
+    int rc;
+    if (threads == 1 && n <= cfg.chunk) {
+        rc = call_routine(idx, dst, n);
+    } else if (n == 0) {
+        rc = 0;
+    } else {
+        struct cp_job *job = nat.job_new(&dst, &n, 1);
+        if (!job) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        rc = run_job(job, idx, threads, chunk_for(n, threads), n);
+        nat.job_free(job);
+    }
+    if (ticket >= 0 && rc == 0)
+        nat.adapt->record(n, ticket, nat.adapt->now_ns() - t0);
+    return rc;
+}
+
+/* The job over [base, base + n) without [start, stop), cleared with the
+ * cold routine; then [start, stop) with the hot one (ordinary stores, last,
+ * so it is in cache for the caller). */
+int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx,
+                          int threads)
+{
+    int cold, hot;
+    hot_routes(idx, stop - start, &cold, &hot);
+    size_t cold_n = n - (stop - start);
+    if (threads == 0)
+        threads = auto_threads(cold_n);
+    char *addrs[2] = {base, base + stop};
+    size_t lens[2] = {start, n - stop};
+    if (cold_n) {
+        struct cp_job *job = nat.job_new(addrs, lens, 2);
+        if (!job) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        int rc = run_job(job, cold, threads, chunk_for(cold_n, threads), cold_n);
+        nat.job_free(job);
+        if (rc < 0)
+            return -1;
+    }
+    if (stop > start) {
+        if (stop - start <= cfg.chunk)
+            return call_routine(hot, base + start, stop - start);
+        return clear_extent(base + start, stop - start, hot, 1);
+    }
+    return 0;
+}
+
+
+int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx,
+                         int threads)
+{
+    if (n == 0)
+        return 0;
+    if (threads == 0)
+        threads = auto_threads(total);
+    if (idx == AUTO)
+        idx = route(total, n, threads);
+    struct cp_job *job = nat.job_new(addrs, lens, n);
+    if (!job) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = run_job(job, idx, threads, chunk_for(total, threads), total);
+    nat.job_free(job);
+    return rc;
+}
