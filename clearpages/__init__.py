@@ -9,6 +9,15 @@ False
 
 from __future__ import annotations
 
+from ._config import ConfigError
+
+try:
+    from . import _dispatch  # reads the CLEARPAGES_* variables
+except ConfigError as _e:
+    from ._errors import print_alone_if_uncaught
+
+    print_alone_if_uncaught(_e)
+    raise _e.with_traceback(None) from None
 from ._core import (
     Method,
     Threads,
@@ -24,7 +33,7 @@ from ._core import (
     thresholds,
 )
 from ._cpu import CPU
-from ._errors import ConfigError, PageIndexError, UnsupportedMethod
+from ._errors import PageIndexError, UnsupportedMethod
 from ._policy import Plan, Thresholds
 from ._region import HugePagesUnavailable, Region
 from ._routines import ALL_METHODS, ROUTINES

@@ -22,6 +22,7 @@ from . import (
     _adapt,
     _calibrate,
     _calibration,
+    _config,
     _core,
     _dispatch,
     _measure,
@@ -289,13 +290,22 @@ def _bench_profile(args: argparse.Namespace, sizes: list[int] | None, out: TextI
 
 
 def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
-    st = _dispatch.state()
+    try:
+        st = _dispatch.state()
+    except _calibration.MissingCalibration:
+        # CLEARPAGES_CALIBRATION names the file this run is to write:
+        # measure without it, then write it there.
+        _dispatch.reload({**os.environ, "CLEARPAGES_CALIBRATION": "off"})
+        st = _dispatch.state()
+        named = os.environ["CLEARPAGES_CALIBRATION"].strip()
+    else:
+        named = None
     cpu = st.cpu
     if args.output:
         path = os.path.expanduser(args.output)
     else:
-        path = str(_calibration.resolve(cpu, st.config.calibration)
-                   or _calibration.default_path(cpu))
+        path = os.path.expanduser(named) if named else str(
+            _calibration.resolve(cpu, st.config.calibration) or _calibration.default_path(cpu))
     progress = _output.Progress("calibrate", quiet=args.quiet)
     try:
         result = _calibrate.calibrate(
@@ -332,7 +342,14 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     extra = {"quick": bool(args.quick), "comparison": result.comparison(cpu)}
     written = _calibration.save(path, cpu, th, extra=extra)
     print("\nwrote %s" % written, file=out)
-    if st.config.calibration == "off":
+    if named:
+        if os.path.abspath(os.path.expanduser(named)) != os.path.abspath(written):
+            print("note: auto reads %s (CLEARPAGES_CALIBRATION), which does not exist yet"
+                  % named, file=out)
+        else:
+            print("auto uses it in new processes; in a running one call "
+                  "clearpages.reload_config()", file=out)
+    elif st.config.calibration == "off":
         print("note: CLEARPAGES_CALIBRATION=off is set, so auto will not read it", file=out)
     elif args.output and _calibration.resolve(cpu, st.config.calibration) != written:
         print("note: auto reads %s; set CLEARPAGES_CALIBRATION=%s to use this file"
@@ -429,7 +446,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return COMMANDS[args.command](args, out or sys.stdout)
-    except UsageError as e:
+    except (UsageError, _config.ConfigError) as e:
         print("%s: error: %s" % (p.prog, e), file=sys.stderr)
         return 2
     except BrokenPipeError:

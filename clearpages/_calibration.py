@@ -17,11 +17,13 @@ import datetime
 import hashlib
 import json
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._config import ConfigError
 from ._policy import Thresholds
 from ._routines import ALL_METHODS, BY_NAME
 
@@ -35,6 +37,10 @@ FIELDS = ("vector_max", "temporal", "nt_min", "streaming", "long_min", "long",
           "thread_min", "max_threads")
 
 _LIMIT = 1 << 62
+
+
+class MissingCalibration(ConfigError):
+    """CLEARPAGES_CALIBRATION names a file that does not exist."""
 
 
 class CalibrationWarning(UserWarning):
@@ -100,8 +106,15 @@ def resolve(cpu: Any, setting: str | None) -> Path | None:
 
 
 def _warn(path: Path, what: str) -> None:
+    # Attributed to the caller's first frame outside the package (the call
+    # that built the state), not to the package's own code.
+    package = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and os.path.dirname(
+            os.path.abspath(frame.f_code.co_filename)) == package:
+        level, frame = level + 1, frame.f_back
     warnings.warn("clearpages: ignoring calibration file %s: %s" % (path, what),
-                  CalibrationWarning, stacklevel=3)
+                  CalibrationWarning, stacklevel=level)
 
 
 def _check_values(th: Any) -> str | None:
@@ -130,8 +143,9 @@ def load(cpu: Any, methods: Sequence[str], setting: str | None,
     """The calibration for this CPU, or None.
 
     setting: None (the default file, silently absent if never written),
-    "off", or a path (a warning if it cannot be used).  Whatever is wrong
-    with a file is said in a warning and the file is not used; a routine the
+    "off", or a path (MissingCalibration, a ConfigError, where it names
+    no file).  Whatever is wrong with a file that exists is said in a
+    warning and the file is not used; a routine the
     file names that this CPU cannot run (CLEARPAGES_DISABLE, a portable
     build) falls back to the default for that threshold alone.
     """
@@ -142,7 +156,9 @@ def load(cpu: Any, methods: Sequence[str], setting: str | None,
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         if setting is not None:
-            _warn(path, "no such file (CLEARPAGES_CALIBRATION names it)")
+            raise MissingCalibration(
+                "CLEARPAGES_CALIBRATION=%s names no file; write it with `python -m "
+                "clearpages calibrate`, or set CLEARPAGES_CALIBRATION=off" % setting) from None
         return None
     except (OSError, UnicodeDecodeError) as e:
         _warn(path, "unreadable (%s)" % e)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from types import TracebackType
+from typing import Any
+
 from ._config import ConfigError
 
 
@@ -13,4 +17,23 @@ class PageIndexError(IndexError, ValueError):
     """A page index outside the buffer (an IndexError and a ValueError)."""
 
 
-__all__ = ["ConfigError", "PageIndexError", "UnsupportedMethod"]
+def print_alone_if_uncaught(err: BaseException) -> None:
+    """Have err, should nothing catch it, printed as its one line of message.
+
+    A bad CLEARPAGES_* variable stops ``import clearpages``; its message
+    says all there is to say (the variable, its value, what is allowed), so
+    the frames of the package that read it would only bury it.  Any other
+    exception reaches the hook that was there before."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException,
+             tb: TracebackType | None) -> Any:
+        if value is not err:
+            return previous(kind, value, tb)
+        print("clearpages.%s: %s" % (kind.__name__, value), file=sys.stderr)
+        return None
+
+    sys.excepthook = hook
+
+
+__all__ = ["ConfigError", "PageIndexError", "UnsupportedMethod", "print_alone_if_uncaught"]

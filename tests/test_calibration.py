@@ -98,11 +98,19 @@ def test_off_reads_nothing(here):
     assert cal.load(cpu, methods, "off", default) is None
 
 
-def test_named_file_missing_warns(tmp_path, here):
+def test_named_file_missing_is_an_error_naming_the_variable(tmp_path, here):
     cpu, methods, default = here
     missing = tmp_path / "nope.json"
-    with pytest.warns(cal.CalibrationWarning, match="nope.json.*no such file"):
-        assert cal.load(cpu, methods, str(missing), default) is None
+    with pytest.raises(cp.ConfigError, match="CLEARPAGES_CALIBRATION=.*nope.json names no file"):
+        cal.load(cpu, methods, str(missing), default)
+
+
+def test_a_warning_about_the_file_points_at_the_callers_line(tmp_path, config):
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.warns(cal.CalibrationWarning) as got:
+        config({"CLEARPAGES_CALIBRATION": str(path)})
+    assert got[0].filename == __file__
 
 
 @pytest.mark.parametrize("text,why", [

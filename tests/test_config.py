@@ -5,7 +5,6 @@ every bad value is an error that names the variable."""
 from __future__ import annotations
 
 import os
-import warnings
 
 import pytest
 from conftest import NATIVE, needs_native, run_python
@@ -144,10 +143,19 @@ def test_nt_threshold_bad_value_names_the_variable(config, value):
 def test_calibration_setting_is_read(config):
     config({"CLEARPAGES_CALIBRATION": "OFF"})
     assert _dispatch.state().config.calibration == "off"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")     # a missing file is a warning, not an error
+    # A path that names no file is an error naming the variable, as for
+    # every bad value; the state (and the configuration) stays as it was.
+    with pytest.raises(cp.ConfigError, match="CLEARPAGES_CALIBRATION=/nonexistent/policy.json "
+                                             "names no file.*calibrate.*=off"):
         config({"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
-    assert _dispatch.state().config.calibration == "/nonexistent/policy.json"
+    assert _dispatch.state().config.calibration == "off"
+
+
+def test_missing_calibration_file_is_an_error_at_first_use():
+    r = run_python("import clearpages as cp\ncp.clear(bytearray(8))",
+                   {"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
+    assert r.returncode == 1
+    assert "CLEARPAGES_CALIBRATION=/nonexistent/policy.json names no file" in r.stderr
 
 
 LEAN_SIZES = (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB)
@@ -233,4 +241,15 @@ def test_bad_environment_at_import_names_the_variable(var, value):
     r = run_python("import clearpages", {var: value})
     assert r.returncode != 0
     assert var in r.stderr and "bogus" in r.stderr
-    assert "Traceback" in r.stderr and "Segmentation" not in r.stderr
+    # One line: the message says it all; no frames of the package's own code.
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert r.stderr.startswith("clearpages.ConfigError: ")
+    assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
+
+
+def test_bad_environment_caught_by_the_program_is_a_config_error():
+    r = run_python("import sys\ntry:\n    import clearpages\nexcept ValueError as e:\n"
+                   "    print(type(e).__name__, e)\nraise KeyError('mine')",
+                   {"CLEARPAGES_METHOD": "bogus"})
+    assert r.stdout.startswith("ConfigError CLEARPAGES_METHOD='bogus'")
+    assert "Traceback" in r.stderr and "KeyError: 'mine'" in r.stderr   # others: as ever
