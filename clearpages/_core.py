@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from . import _adapt, _config, _cpu, _dispatch, _fast, _policy
+from . import _adapt, _cpu, _dispatch, _fast, _policy, _units
 from ._errors import PageIndexError, UnsupportedMethod
 from ._native import ffi
 from ._routines import ALL_METHODS
@@ -46,7 +46,9 @@ def set_adaptive(on: bool) -> None:
     deterministically, as with CLEARPAGES_ADAPT=0.  What was learned is kept
     and used again when it is turned back on; reload_config forgets it.
     """
-    _dispatch.set_adaptive(bool(on))
+    if not isinstance(on, bool):
+        raise TypeError("set_adaptive takes True or False, not %r" % (on,))
+    _dispatch.set_adaptive(on)
 
 
 def adaptive() -> bool:
@@ -67,9 +69,10 @@ if TYPE_CHECKING:
                    threads: Threads = 1) -> None:
         """Zero many buffers in one native call."""
 
-    def clear_pages(buf: Any, pages: Any, *, page_size: int = 4096,
+    def clear_pages(buf: Any, pages: Any, *, page_size: int | str | None = None,
                     method: Method = "auto", threads: Threads = 1) -> None:
-        """Zero the listed pages of one buffer."""
+        """Zero the listed pages of one buffer (page_size: 4096, or a
+        Region's own; method="discard" hands a Region's pages back)."""
 else:
     clear = _fast.clear
     clear_many = _fast.clear_many
@@ -172,9 +175,7 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
     method = _check_method(method, region_ok=True)
     threads = _check_threads(threads)
     if method == "discard":
-        discard: Any = getattr(buf, "_clearpages_discard", None)
-        if discard is None:
-            _check_method(method)       # raises: discard is for Regions
+        discard: Any = _discarder(buf, "_clearpages_discard", threads)
         if hot is not None:
             raise ValueError("hot= does not apply to method 'discard'")
         discard()
@@ -194,16 +195,40 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
     _fast.clear_exact(buf, method=method, threads=threads, hot=hot)
 
 
+def _discarder(buf: Any, hook: str, threads: Any, where: str = "") -> Any:
+    """The Region's discard call for method="discard"; ValueError for anything
+    but a Region, or for threads other than 1 (the kernel does the work)."""
+    fn = getattr(buf, hook, None)
+    if fn is None:
+        raise ValueError("%smethod 'discard' (madvise the pages away) applies only to a "
+                         "clearpages.Region, not %s" % (where, type(buf).__name__))
+    if threads != 1:
+        raise ValueError("threads=%r does not apply to method 'discard': the kernel "
+                         "hands the pages back in one system call per run; leave "
+                         "threads at 1" % (threads,))
+    return fn
+
+
 def _declined_many(seq: tuple[Any, ...], method: Any, threads: Any,
                    bad: tuple[int, str] | None) -> None:
     """clear_many() of what the native entry declined: bad is (index, refusal)
     of the first buffer it could not take, or None for an argument."""
-    method = _check_method(method)
+    method = _check_method(method, region_ok=True)
     threads = _check_threads(threads)
+    if method == "discard":
+        calls = [_discarder(b, "_clearpages_discard", threads, "clear_many: buffer %d: " % i)
+                 for i, b in enumerate(seq)]
+        for call in calls:
+            call()
+        return
     if bad is None:
         _check_runnable(method)
         _fast.clear_many_exact(seq, method=method, threads=threads)
         return
+    i = bad[0]
+    if isinstance(seq[i], int):
+        raise TypeError("clear_many takes an iterable of buffers, and item %d is an int: "
+                        "to clear one buffer, call clear(buf)" % i)
     addrs, lens, keep = _many_slow(seq)    # keep: exports held until done
     _check_runnable(method)
     _fast.clear_runs(addrs, lens, method=method, threads=threads)
@@ -242,6 +267,12 @@ def _many_slow(bufs: Sequence[Any]) -> tuple[Any, Any, list[Any]]:
 _INT_CODES = frozenset("bBhHiIlLqQ")
 
 
+def _check_1d(ndim: int) -> None:
+    if ndim != 1:
+        raise ValueError("pages must be a 1-D sequence of page indices, not a %d-D "
+                         "array; pass pages.ravel() if you mean every index in it" % ndim)
+
+
 def _page_indices(pages: Any) -> Any:
     """pages as a contiguous int64 buffer (an array.array or numpy array)."""
     if isinstance(pages, array.array):
@@ -253,12 +284,15 @@ def _page_indices(pages: Any) -> Any:
     if type(pages).__module__.split(".")[0] == "numpy" and hasattr(pages, "dtype"):
         import numpy as np
 
+        _check_1d(pages.ndim)
         if pages.dtype.kind not in "iu":
             raise TypeError("pages must be an integer array, not dtype %s" % pages.dtype)
         if pages.dtype.kind == "u" and pages.size and int(pages.max()) > (1 << 63) - 1:
             raise PageIndexError("page index %d is past the end of any buffer"
                                  % int(pages.max()))
-        return np.ascontiguousarray(pages.reshape(-1), dtype=np.int64)
+        return np.ascontiguousarray(pages, dtype=np.int64)
+    if isinstance(pages, memoryview):
+        _check_1d(pages.ndim)
     try:
         return array.array("q", pages)
     except OverflowError:
@@ -271,12 +305,16 @@ def _page_indices(pages: Any) -> Any:
 
 def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: Any,
                     err: str | None) -> None:
-    """clear_pages() of what the native entry declined."""
-    method = _check_method(method)
+    """clear_pages() of what the native entry declined (page_size None:
+    not given, the Region's page size for a Region, else 4096)."""
+    method = _check_method(method, region_ok=True)
     threads = _check_threads(threads)
-    if isinstance(page_size, bool) or not isinstance(page_size, int) \
-            or not 1 <= page_size <= _config.MAX_SIZE:
-        raise ValueError("page_size must be a positive int (bytes), not %r" % (page_size,))
+    if method == "discard":
+        _discarder(buf, "_clearpages_discard_pages", threads)(pages, page_size)
+        return
+    if page_size is None:
+        page_size = getattr(buf, "_clearpages_page_size", 4096)
+    page_size = _units.parse_size(page_size, "page_size", minimum=1)
     if err is not None:
         _refuse(buf, err)
         raise ValueError("clear_pages needs a contiguous buffer; this one is strided")
@@ -308,13 +346,12 @@ def thresholds() -> _policy.Thresholds:
     return _dispatch.state().thresholds
 
 
-def plan(nbytes: int, *, count: int = 1, threads: Threads = "auto",
+def plan(nbytes: int | str, *, count: int = 1, threads: Threads = "auto",
          hot: tuple[int, int] | None = None) -> _policy.Plan:
-    """What method="auto" would do for nbytes in count pieces (with hot=: the
+    """What method="auto" would do for nbytes (an int or a size such as "1G")
+    in count pieces (with hot=: the
     routine of the rest, and of the hot range in ``.hot_method``)."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
-            or not 0 <= nbytes <= _config.MAX_SIZE:
-        raise ValueError("nbytes must be an int from 0 to 2**56, not %r" % (nbytes,))
+    nbytes = _units.parse_size(nbytes, "nbytes")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError("count must be an int >= 1, not %r" % (count,))
     threads = _check_threads(threads)

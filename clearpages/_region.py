@@ -18,6 +18,7 @@ region can use, moving once more where the kernel's place lacks it.
 
 from __future__ import annotations
 
+import array
 import errno
 import functools
 import operator
@@ -28,7 +29,7 @@ from typing import Any
 from ._fast import RegionMemory
 from ._native import lib
 from ._system import thp_mode as _thp_mode
-from ._units import GiB, KiB, MiB, format_size as _fmt_size
+from ._units import GiB, KiB, MiB, format_size as _fmt_size, parse_size as _parse_size
 
 #: Page sizes by name: (bytes, kind).
 PAGE_SIZES = {
@@ -134,15 +135,7 @@ def _hugetlb_error(size: int, page_bytes: int, err: int,
 
 
 def _check_size(size: Any, what: str = "size") -> int:
-    if isinstance(size, bool):
-        raise ValueError("%s must be a positive int (bytes), not %r" % (what, size))
-    try:
-        n = operator.index(size)
-    except TypeError:
-        raise ValueError("%s must be a positive int (bytes), not %r"
-                         % (what, size)) from None
-    if n <= 0:
-        raise ValueError("%s must be a positive number of bytes, not %d" % (what, n))
+    n = _parse_size(size, what, minimum=1)
     if n > _address_space_limit():
         raise ValueError("%s %d is larger than the address space (%s)"
                          % (what, n, _fmt_size(_address_space_limit())))
@@ -165,6 +158,8 @@ def _table_alignment(size: int, page: int) -> int:
 class Region(RegionMemory):
     """Private anonymous memory: ``Region(size, *, page_size="4k", populate=False)``.
 
+    size: bytes, an int or a string such as "64M" or "1G" (as everywhere
+    in the package).
     page_size: "4k" (base pages), "2m" (2 MiB-aligned, MADV_HUGEPAGE: the
     kernel backs it with transparent huge pages where it can), "1g" (hugetlb
     1 GiB pages, which must be reserved in advance), "auto" (the largest of
@@ -177,7 +172,7 @@ class Region(RegionMemory):
     ``clearpages.clear(region)`` and ``clear_many([...])`` take it directly.
     """
 
-    def __init__(self, size: int, *, page_size: str | int = "4k",
+    def __init__(self, size: int | str, *, page_size: str | int = "4k",
                  populate: bool = False) -> None:
         size = _check_size(size)
         name = self._page_size_name(page_size, size)
@@ -198,16 +193,16 @@ class Region(RegionMemory):
 
     @staticmethod
     def _page_size_name(page_size: Any, size: int) -> str:
-        if isinstance(page_size, str):
-            key = page_size.strip().lower()
-            if key in PAGE_SIZES or key == "auto":
-                return key
-        elif isinstance(page_size, int) and not isinstance(page_size, bool) \
-                and page_size in _NAME_OF_BYTES:
-            return _NAME_OF_BYTES[page_size]
-        raise ValueError("page_size must be one of '4k', '2m', '1g', 'auto' (or %s in "
-                         "bytes), not %r" % (", ".join(str(b) for b, _ in
-                                                        PAGE_SIZES.values()), page_size))
+        if isinstance(page_size, str) and page_size.strip().lower() == "auto":
+            return "auto"
+        try:
+            n = _parse_size(page_size, "page_size")
+        except ValueError:
+            n = -1
+        if n in _NAME_OF_BYTES:
+            return _NAME_OF_BYTES[n]
+        raise ValueError("page_size must be '4k', '2m', '1g' or 'auto' (any spelling of "
+                         "4 KiB, 2 MiB or 1 GiB: 4096, '2M', '1GiB'), not %r" % (page_size,))
 
     @staticmethod
     def _auto(size: int) -> str:
@@ -262,6 +257,11 @@ class Region(RegionMemory):
         return self._page
 
     @property
+    def _clearpages_page_size(self) -> int:
+        """What clear_pages counts in when given no page_size."""
+        return self._page
+
+    @property
     def page_size_name(self) -> str:
         """"4k", "2m" or "1g" (what "auto" chose)."""
         return self._page_name
@@ -294,6 +294,9 @@ class Region(RegionMemory):
     def _clearpages_discard(self) -> None:
         self.discard()
 
+    def _clearpages_discard_pages(self, pages: Any, page_size: Any) -> None:
+        self.discard_pages(pages, page_size)
+
     # ---- work ---------------------------------------------------------
 
     def clear(self, **kw: Any) -> None:
@@ -302,18 +305,95 @@ class Region(RegionMemory):
 
         clear(self, **kw)
 
-    def discard(self) -> None:
-        """Zero the region by handing its pages back (MADV_DONTNEED): the
-        kernel supplies zero pages on the next touch.  Correct because the
-        memory is private and anonymous.  hugetlb regions are cleared in
-        place instead: a discarded hugetlb page returns to the shared pool
-        and its refault could then fail with SIGBUS."""
+    def discard(self, start: int = 0, stop: int | None = None) -> None:
+        """Zero [start, stop) of the region (the whole region by default) by
+        handing its pages back (MADV_DONTNEED): the kernel supplies zero
+        pages on the next touch.  Correct because the memory is private and
+        anonymous.  start and stop must be multiples of the region's page
+        size (stop may also be the size); ValueError otherwise.  hugetlb
+        regions are cleared in place instead: a discarded hugetlb page
+        returns to the shared pool and its refault could then fail with
+        SIGBUS."""
+        self._check_open()
+        size, page = self._size, self._page
+        if start == 0 and stop is None:
+            self._discard_all()
+            return
+        lo, hi = self._range(start, size if stop is None else stop)
+        if lo == hi:
+            return
+        self._discard_pages_of(array.array("q", range(lo // page, -(-hi // page))), page)
+
+    def _discard_all(self) -> None:
         if self._kind == lib.CP_REGION_HUGETLB:
             from ._core import clear
 
             clear(self)
             return
         err = self._discard()
+        if err:
+            raise OSError(err, "madvise(MADV_DONTNEED): %s" % os.strerror(err))
+
+    def _range(self, start: Any, stop: Any) -> tuple[int, int]:
+        size, page = self._size, self._page
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
+        if not ok or not 0 <= start <= stop <= size:
+            raise ValueError("discard takes 0 <= start <= stop <= %d (the region's size) "
+                             "in ints, not (%r, %r)" % (size, start, stop))
+        for name, v in (("start", start), ("stop", stop)):
+            if v % page and v != size:
+                raise ValueError(
+                    "discard hands back whole pages: %s=%d is not a multiple of the "
+                    "region's page size (%s); round it to %d or %d"
+                    % (name, v, _fmt_size(page), v // page * page, -(-v // page) * page))
+        return int(start), int(stop)
+
+    def discard_pages(self, pages: Any, page_size: Any = None) -> None:
+        """Discard the listed pages (page i is [i*page_size, (i+1)*page_size));
+        what ``clear_pages(region, pages, method="discard")`` does.
+        page_size defaults to the region's and must be a multiple of it:
+        a huge page is handed back whole or not at all."""
+        from ._core import _page_indices
+
+        self._check_open()
+        if page_size is None:
+            page_size = self._page
+        page_size = _parse_size(page_size, "page_size", minimum=1)
+        if page_size % self._page:
+            raise ValueError(
+                "page_size %s is not a multiple of this region's page size (%s): the "
+                "kernel hands back a %s page whole or not at all; use page_size=%d or "
+                "a multiple" % (_fmt_size(page_size), _fmt_size(self._page),
+                                _fmt_size(self._page), self._page))
+        self._discard_pages_of(_page_indices(pages), page_size)
+
+    def _discard_pages_of(self, idx: Any, page_size: int) -> None:
+        if self._kind == lib.CP_REGION_HUGETLB:
+            from ._core import clear_pages
+
+            clear_pages(self, idx, page_size=page_size)
+            return
+        from ._core import PageIndexError
+        from ._native import ffi
+
+        # Held (an export) while the GIL is released, so a resize or close
+        # from another thread is refused meanwhile.
+        hold = memoryview(self)
+        try:
+            n = len(idx)
+            bad = ffi.new("size_t *")
+            err = lib.cp_region_discard_pages(
+                self._address, self._size, ffi.from_buffer("int64_t[]", idx), n,
+                page_size, bad)
+        finally:
+            hold.release()
+        if err == errno.EINVAL and bad[0] < n:
+            count = -(-self._size // page_size)
+            raise PageIndexError(
+                "page index %d (position %d) is outside the region: it has %d page%s of "
+                "%d bytes, so indices run from 0 to %d"
+                % (idx[bad[0]], bad[0], count, "" if count == 1 else "s", page_size,
+                   count - 1))
         if err:
             raise OSError(err, "madvise(MADV_DONTNEED): %s" % os.strerror(err))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 
 KiB = 1 << 10
@@ -24,14 +25,38 @@ def format_size(n: float) -> str:
     return "%d B" % n
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """'4096', '64K', '64M', '1G', '2GiB' -> bytes (binary units)."""
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError("%s must be a byte count such as 4096, 64K, 64M or 1G, not %r"
-                         % (what, text))
-    value = int(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value > MAX_SIZE:
+def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
+    """Bytes from an int or from text: 4096, '4096', '64K', '2m', '1G', '2GiB'.
+
+    The one reading of a size in the package: the Python API (plan, Region,
+    Region.resize, clear_pages' page_size), the command line and the
+    environment all take the same spellings and give the same message.
+    Units are binary (K = 1024) and case does not matter; a trailing 'B'
+    or 'iB' is allowed.  Anything else, bools and floats included, is a
+    ValueError that names `what` and shows the spellings."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = int(value)
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        n = int(m.group(1)) * _UNITS[m.group(2).lower()] if m else -1
+        if n < 0:
+            raise ValueError(_spellings(what, value))
+    else:
+        try:
+            n = operator.index(value)       # numpy integers
+        except TypeError:
+            raise ValueError(_spellings(what, value)) from None
+        if isinstance(value, bool):
+            raise ValueError(_spellings(what, value))
+    if n > MAX_SIZE:
         raise ValueError("%s %r is larger than any memory (at most 2**56 bytes)"
-                         % (what, text))
-    return value
+                         % (what, value))
+    if n < minimum:
+        raise ValueError("%s must be at least %s, not %r"
+                         % (what, "1 byte" if minimum == 1 else format_size(minimum), value))
+    return n
+
+
+def _spellings(what: str, value: object) -> str:
+    return ("%s must be a byte count such as 4096, 64K, 64M or 1G (an int or a string), "
+            "not %r" % (what, value))

@@ -102,6 +102,16 @@ def test_readme_example_runs(index):
     exec(compile(code, "README.md example %d" % index, "exec"), {"__name__": "readme"})
 
 
+def test_numpy_examples_say_numpy_is_needed(readme):
+    """The first command does not install numpy: each example that imports
+    it says so in the prose just before it."""
+    parts = re.split(r"(```python\n.*?```)", readme, flags=re.S)
+    for i, part in enumerate(parts):
+        if part.startswith("```python") and "import numpy" in part:
+            assert "pip install numpy" in parts[i - 1], \
+                "the README example before %r does not say numpy is needed" % part[:60]
+
+
 if __name__ == "__main__":
     print(methods_table())
 

@@ -57,7 +57,7 @@ def test_page_size_in_bytes_is_accepted():
         assert r.page_size_name == "4k" and r.size == 8192
 
 
-@pytest.mark.parametrize("size", [0, -1, -4096, 1 << 60, 2 ** 200, 1.5, "4096", None, True])
+@pytest.mark.parametrize("size", [0, -1, -4096, 1 << 60, 2 ** 200, 1.5, "lots", "-4K", None, True])
 def test_bad_sizes_are_value_errors(size):
     with pytest.raises(ValueError, match="size"):
         cp.Region(size)
@@ -491,3 +491,111 @@ def test_unavailable_hugetlb_pages_say_how_to_reserve_them():
         assert "nr_hugepages" in text and pool["path"] in text
         assert "%d of %d" % (usable, pool["nr"]) in text
         assert "needs %d hugetlb page" % (usable + 1) in text
+
+
+# ---- discarding pages and ranges ------------------------------------------
+
+
+def _filled(size, page_size="4k"):
+    r = cp.Region(size, page_size=page_size, populate=True)
+    r.view()[:] = b"\x5a" * r.size
+    return r
+
+
+def _resident(r):
+    """Indices of the region's 4 KiB pages that are resident (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    n = r.size // 4096
+    vec = (ctypes.c_ubyte * n)()
+    assert libc.mincore(ctypes.c_void_p(r.address), ctypes.c_size_t(r.size), vec) == 0
+    return [i for i in range(n) if vec[i] & 1]
+
+
+def _zero_pages(r, page):
+    v = r.view()
+    try:
+        return [i for i in range(r.size // page) if not any(v[i * page:(i + 1) * page])]
+    finally:
+        v.release()
+
+
+def test_clear_pages_discards_the_listed_pages_of_a_region():
+    with _filled(16 * 4096) as r:
+        cp.clear_pages(r, [1, 7, 8, 9, 3, 7], method="discard")
+        assert _resident(r) == [0, 2, 4, 5, 6, 10, 11, 12, 13, 14, 15]   # handed back
+        assert _zero_pages(r, 4096) == [1, 3, 7, 8, 9]
+
+
+def test_clear_pages_on_a_region_defaults_to_its_page_size():
+    if thp_mode() in (None, "never"):
+        pytest.skip("transparent huge pages are off")
+    with _filled(8 * MiB, "2m") as r:
+        cp.clear_pages(r, [2], method="discard")
+        assert _zero_pages(r, 2 * MiB) == [2]
+        r.view()[:] = b"\x01" * r.size
+        cp.clear_pages(r, [0, 3])                 # in place, 2 MiB pages too
+        assert _zero_pages(r, 2 * MiB) == [0, 3]
+
+
+def test_discard_pages_smaller_than_a_huge_page_is_an_error_that_says_so():
+    with _filled(4 * MiB, "2m") as r:
+        with pytest.raises(ValueError, match="not a multiple of this region's page size "
+                                             r"\(2 MiB\).*whole or not at all"):
+            cp.clear_pages(r, [0], page_size=4096, method="discard")
+        assert not _zero_pages(r, 4096)
+
+
+def test_discard_pages_checks_every_index_before_it_discards_any():
+    with _filled(4 * 4096) as r:
+        with pytest.raises(cp.PageIndexError, match="page index 4 .position 1. is outside"):
+            cp.clear_pages(r, [0, 4], method="discard")
+        with pytest.raises(cp.PageIndexError):
+            cp.clear_pages(r, [-1], method="discard")
+        assert _zero_pages(r, 4096) == []
+
+
+def test_region_discard_takes_a_page_aligned_range():
+    with _filled(8 * 4096) as r:
+        r.discard(2 * 4096, 5 * 4096)
+        assert _zero_pages(r, 4096) == [2, 3, 4]
+        r.discard(7 * 4096)                       # to the end
+        assert _zero_pages(r, 4096) == [2, 3, 4, 7]
+        r.discard(0, 0)
+        with pytest.raises(ValueError, match="start=100 is not a multiple of the "
+                                             "region's page size.*0 or 4096"):
+            r.discard(100, 4096)
+        with pytest.raises(ValueError, match="0 <= start <= stop <= 32768"):
+            r.discard(0, 40 * 4096)
+        assert _zero_pages(r, 4096) == [2, 3, 4, 7]
+        r.discard()
+        assert len(_zero_pages(r, 4096)) == 8
+
+
+def test_clear_many_discards_regions():
+    with _filled(4 * 4096) as a, _filled(2 * 4096) as b:
+        cp.clear_many([a, b], method="discard")
+        assert _resident(a) == [] and _resident(b) == []
+        assert not any(a.view()) and not any(b.view())
+    with _filled(4096) as a:
+        with pytest.raises(ValueError, match="buffer 1: method 'discard'.*Region, not "
+                                             "bytearray"):
+            cp.clear_many([a, bytearray(b"x")], method="discard")
+        assert any(a.view())                       # nothing discarded
+
+
+@pytest.mark.parametrize("threads", [2, "auto"])
+def test_discard_refuses_threads(threads):
+    with _filled(4 * 4096) as r:
+        for call in (lambda: r.clear(method="discard", threads=threads),
+                     lambda: cp.clear_pages(r, [0], method="discard", threads=threads),
+                     lambda: cp.clear_many([r], method="discard", threads=threads)):
+            with pytest.raises(ValueError, match="does not apply to method 'discard'"):
+                call()
+        assert not _zero_pages(r, 4096)
+
+
+def test_discard_pages_of_other_buffers_is_refused():
+    with pytest.raises(ValueError, match="only to a clearpages.Region"):
+        cp.clear_pages(bytearray(8192), [0], method="discard")

@@ -351,7 +351,7 @@ def test_2m_region_keeps_huge_pages_across_a_moving_grow():
         assert r.backing().anon_huge_pages > huge_before
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1 << 60, 2.0, "1M", None, True])
+@pytest.mark.parametrize("bad", [0, -1, 1 << 60, 2.0, "1Q", "0K", None, True])
 def test_bad_new_sizes_are_value_errors(bad):
     with cp.Region(PTE) as r:
         with pytest.raises(ValueError, match="new_size"):

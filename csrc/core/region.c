@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -202,6 +204,44 @@ int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind)
 int cp_region_discard(uintptr_t addr, size_t size)
 {
     return madvise((void *)addr, size, MADV_DONTNEED) == 0 ? 0 : errno;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int cp_region_discard_pages(uintptr_t addr, size_t size, const int64_t *pages, size_t n,
+                            size_t page_size, size_t *bad)
+{
+    size_t count = size / page_size + (size % page_size != 0);
+    for (size_t i = 0; i < n; i++)
+        if (pages[i] < 0 || (uint64_t)pages[i] >= count) {
+            *bad = i;
+            return EINVAL;
+        }
+    *bad = n;
+    if (!n)
+        return 0;
+    /* Sorted and merged: one madvise per run of adjacent pages. */
+    int64_t *sorted = malloc(n * sizeof *sorted);
+    if (!sorted)
+        return ENOMEM;
+    memcpy(sorted, pages, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, by_value);
+    int err = 0;
+    for (size_t i = 0; i < n && !err;) {
+        size_t j = i + 1;
+        while (j < n && (uint64_t)sorted[j] <= (uint64_t)sorted[j - 1] + 1)
+            j++;
+        size_t start = (size_t)sorted[i] * page_size;
+        size_t stop = ((size_t)sorted[j - 1] + 1) * page_size;
+        err = cp_region_discard(addr + start, (stop < size ? stop : size) - start);
+        i = j;
+    }
+    free(sorted);
+    return err;
 }
 
 int cp_region_reserve_at(uintptr_t addr, size_t size)

@@ -51,6 +51,15 @@ int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind);
 /* MADV_DONTNEED: the next touch reads zero.  Only for private anonymous. */
 int cp_region_discard(uintptr_t addr, size_t size);
 
+/* MADV_DONTNEED over the listed pages of [addr, addr + size): page i is
+ * [addr + i*page_size, addr + min((i+1)*page_size, size)), page_size a
+ * multiple of the kernel's page.  Every index is checked before anything
+ * is discarded: EINVAL with *bad = the position of the first outside;
+ * otherwise *bad = n.  Sorted and merged, so a run of adjacent pages is
+ * one system call.  ENOMEM: no memory to sort the list. */
+int cp_region_discard_pages(uintptr_t addr, size_t size, const int64_t *pages, size_t n,
+                            size_t page_size, size_t *bad);
+
 /* MADV_HUGEPAGE over the range. */
 int cp_region_advise_huge(uintptr_t addr, size_t size);
 

@@ -309,7 +309,10 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         return NULL;
     PyObject *buf = pos[0], *pages = pos[1];
     int idx = method_index(method), nthreads = threads_value(threads);
-    size_t psize = 4096;
+    /* Not given: a Region's own page size (a huge page is one page), else 4 KiB. */
+    size_t psize = page_size ? 0 : region_page_size(buf);
+    if (!psize)
+        psize = 4096;
     if (page_size) {
         int overflow = 0;
         long long v = PyLong_CheckExact(page_size)
@@ -350,7 +353,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
             goto release_decline;
         }
         have_pv = 1;
-        if (!is_int64_format(&pv) || pv.len % 8)
+        if (!is_int64_format(&pv) || pv.len % 8 || pv.ndim > 1)     /* Python refuses 2-D */
             goto release_decline;
         list = pv.buf;
         count = pv.len / 8;
@@ -405,7 +408,7 @@ decline:
         return NULL;
     }
     res = PyObject_CallFunctionObjArgs(
-        hook_pages, buf, pages, page_size ? page_size : default_page_size, method ? method : s_auto,
+        hook_pages, buf, pages, page_size ? page_size : Py_None, method ? method : s_auto,
         threads ? threads : one, err ? err : Py_None, NULL);
     Py_XDECREF(err);
     return res;

@@ -91,11 +91,10 @@ extern struct config cfg;
 
 extern PyObject *s_auto;            /* "auto", interned */
 extern PyObject *one;               /* 1, the default thread count */
-extern PyObject *default_page_size; /* 4096 */
 extern PyObject *hook_init;         /* () -> None: build the state, configure */
 extern PyObject *hook_clear;        /* (buf, method, threads, hot, err) */
 extern PyObject *hook_many;         /* (seq, method, threads, bad) */
-extern PyObject *hook_pages;        /* (buf, pages, page_size, method, threads, err) */
+extern PyObject *hook_pages;        /* (buf, pages, page_size or None, method, threads, err) */
 extern PyObject *page_index_error;  /* clearpages.PageIndexError */
 extern PyObject *debug_hook;        /* tests: called before every slice */
 
@@ -162,6 +161,9 @@ PyObject *fast_settings(PyObject *, PyObject *);
 /* ---- region_type.c --------------------------------------------------------------- */
 
 extern PyTypeObject RegionMemoryType;
+
+/* A mapped Region's page size in bytes; 0 for anything else. */
+size_t region_page_size(PyObject *buf);
 
 #pragma GCC visibility pop
 

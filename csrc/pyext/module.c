@@ -27,7 +27,7 @@
  */
 #include "fast.h"
 
-PyObject *s_auto, *one, *default_page_size;
+PyObject *s_auto, *one;
 
 #define FASTCALL_KW (METH_FASTCALL | METH_KEYWORDS)
 
@@ -92,8 +92,7 @@ PyMODINIT_FUNC PyInit__fast(void)
         if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
             return NULL;
     one = PyLong_FromLong(1);
-    default_page_size = PyLong_FromLong(4096);
-    if (!s_auto || !one || !default_page_size || PyType_Ready(&RegionMemoryType) < 0)
+    if (!s_auto || !one || PyType_Ready(&RegionMemoryType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)

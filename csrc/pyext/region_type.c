@@ -286,6 +286,13 @@ static PyObject *region_close(RegionMemory *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+size_t region_page_size(PyObject *buf)
+{
+    if (!PyObject_TypeCheck(buf, &RegionMemoryType) || !((RegionMemory *)buf)->mapped)
+        return 0;
+    return (size_t)1 << ((RegionMemory *)buf)->shift;
+}
+
 static PyObject *region_get_address(RegionMemory *self, void *closure)
 {
     (void)closure;
