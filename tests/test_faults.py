@@ -455,17 +455,37 @@ def test_populate_fallback_touches_every_base_page(inject):
 
 # ---- units sized by time, memory not yet faulted in by the chunk -------------
 
-def _spy_job(buf_ptr, n, unit):
-    """A job over one extent whose routine records the lengths it is given."""
-    import ctypes
+#: A spy routine takes at least this long a call (a busy wait after the
+#: memset), so that what a job measures does not hang on this machine's
+#: speed: three units of a job add up to more than the millisecond of work a
+#: remembered speed needs, though no one unit lasts that long.
+SPY_CALL_NS = 400_000
 
-    calls = []
+
+def _spy_routine(calls):
+    """A routine that records the lengths it is given, and takes at least
+    SPY_CALL_NS a call.  Its speed is unknown: a callback's address may be
+    one an earlier test's routine had, so every remembered speed is
+    forgotten first."""
+    import ctypes
+    import time
+
+    lib.cp_job_forget_rates()
 
     @ffi.callback("void(void *, size_t)")
     def routine(dst, length):
+        t0 = time.perf_counter_ns()
         calls.append(length)
         ctypes.memset(int(ffi.cast("uintptr_t", dst)), 0, length)
+        while time.perf_counter_ns() - t0 < SPY_CALL_NS:
+            pass
+    return routine
 
+
+def _spy_job(buf_ptr, n, unit):
+    """A job over one extent whose routine records the lengths it is given."""
+    calls = []
+    routine = _spy_routine(calls)
     job = lib.cp_job_new(ffi.new("char *[]", [buf_ptr]), ffi.new("size_t[]", [n]), 1)
     assert lib.cp_job_configure(job, routine, unit, 1, 0) == 0
     return job, calls, routine
@@ -506,15 +526,9 @@ def test_a_long_warm_extent_reaches_the_routine_in_few_calls():
 def test_memory_not_faulted_in_goes_a_chunk_at_a_time():
     """A fresh mapping clears 50-100 times slower than resident memory: a
     unit sized from a warm speed would overrun the slice by far."""
-    import ctypes
-
     n = 32 * MiB
     calls = []
-
-    @ffi.callback("void(void *, size_t)")
-    def routine(dst, length):
-        calls.append(length)
-        ctypes.memset(int(ffi.cast("uintptr_t", dst)), 0, length)
+    routine = _spy_routine(calls)
 
     warm = bytearray(n)
     cw = ffi.from_buffer(warm)
@@ -533,3 +547,54 @@ def test_memory_not_faulted_in_goes_a_chunk_at_a_time():
     assert sum(calls) == n and max(calls) <= 1 * MiB, calls[:8]
     del cw, cm
     m.close()
+
+
+def test_a_speed_is_remembered_from_short_units_that_add_up():
+    """Each unit of a job may end within a millisecond (a fast machine, a
+    job of three units); their sum is a measurement all the same, and the
+    next job must not start from the slow first unit again."""
+    n = 16 * MiB
+    buf = bytearray(n)
+    c = ffi.from_buffer(buf)
+    job, calls, routine = _spy_job(ffi.cast("char *", c), n, 1 * MiB)
+    _run_job(job)
+    assert len(calls) >= 3, calls
+    assert lib.cp_job_rate(routine) > 0
+    del c
+
+
+_RATE_RIVAL = r"""
+import time
+from clearpages._native import ffi, lib
+n = 8 << 20
+buf = bytearray(n)
+c = ffi.from_buffer(buf)
+
+@ffi.callback("void(void *, size_t)")
+def routine(dst, length):
+    t0 = time.perf_counter_ns()
+    ffi.memmove(dst, bytes(length), length)
+    while time.perf_counter_ns() - t0 < 2_000_000:
+        pass
+
+lib.cp_inject_arm(lib.CP_INJECT_RATE_RIVAL, 1, 777)
+job = lib.cp_job_new(ffi.new("char *[]", [ffi.cast("char *", c)]), ffi.new("size_t[]", [n]), 1)
+lib.cp_job_configure(job, routine, n, 1, 0)
+while lib.cp_job_run(job, 10**10) == 0:
+    pass
+lib.cp_job_free(job)
+print(lib.cp_inject_fired(lib.CP_INJECT_RATE_RIVAL),
+      lib.cp_inject_rival_rate(), lib.cp_job_rate(routine))
+"""
+
+
+def test_a_lost_race_for_a_speed_slot_leaves_the_winner_its_speed():
+    """Two routines remembered for the first time at once find the same
+    empty slot; the one that loses the claim must not have written its
+    speed there (the winner's units would be sized from it)."""
+    r = run_python(_RATE_RIVAL)
+    assert r.returncode == 0, r.stderr
+    fired, rival, mine = map(int, r.stdout.split())
+    assert fired == 1
+    assert rival == 777, "the rival's slot holds the loser's speed %d" % rival
+    assert 0 < mine < 777 * 100, mine

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "clearpages.h"
 #include "inject.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -70,4 +71,14 @@ void cp_inject_do_squat(uintptr_t addr)
     }
     memset(p, 0x5A, 4096);
     atomic_store(&squat, addr);
+}
+
+void cp_inject_rival(void *dst, size_t n)
+{
+    memset(dst, 0, n);
+}
+
+uint64_t cp_inject_rival_rate(void)
+{
+    return cp_job_rate(cp_inject_rival);
 }

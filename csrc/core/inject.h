@@ -9,6 +9,7 @@
 #ifndef CLEARPAGES_INJECT_H
 #define CLEARPAGES_INJECT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* BEGIN CDEF */
@@ -24,8 +25,12 @@ enum {
                                      region fails, leaving a hole that a
                                      foreign mapping takes (cp_inject_squat) */
     CP_INJECT_POPULATE = 6,       /* MADV_POPULATE_WRITE says EINVAL (old kernel) */
-    CP_INJECT_CALLER_IDLE = 7     /* a job's calling thread leaves the slice's
+    CP_INJECT_CALLER_IDLE = 7,    /* a job's calling thread leaves the slice's
                                      work to the workers */
+    CP_INJECT_RATE_RIVAL = 8      /* as a routine's speed is first remembered,
+                                     another thread remembers the speed of
+                                     a rival routine (err bytes per us)
+                                     first, in the slot it found empty */
 };
 
 /* Arm site: its nth pass from now (1 = the next) fails with error err
@@ -36,6 +41,8 @@ long cp_inject_fired(int site);
 /* The foreign mapping a SQUAT site made (address, 0 if none): one 4 KiB
  * page filled with 0x5A, left mapped for the test to check and unmap. */
 uintptr_t cp_inject_squat(void);
+/* The speed remembered for RATE_RIVAL's routine (cp_job_rate of it). */
+uint64_t cp_inject_rival_rate(void);
 
 /* END CDEF */
 
@@ -43,5 +50,7 @@ uintptr_t cp_inject_squat(void);
 int cp_inject_hit(int site);
 /* Map the squatter page at addr (MAP_FIXED_NOREPLACE) and remember it. */
 void cp_inject_do_squat(uintptr_t addr);
+/* The routine whose speed RATE_RIVAL remembers (clears like memset). */
+void cp_inject_rival(void *dst, size_t n);
 
 #endif

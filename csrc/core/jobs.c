@@ -289,7 +289,7 @@ int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,
  * its units; the last good measurement of a routine (bytes per microsecond
  * of one thread) sizes the first unit of the next job's slices. */
 enum { RATE_SLOTS = 32 };
-#define RATE_MIN_NS 1000000u   /* shorter units are not remembered: noise */
+#define RATE_MIN_NS 1000000u   /* less measured work is not remembered: noise */
 
 static struct {
     _Atomic(uintptr_t) fn;
@@ -308,16 +308,21 @@ static uint64_t rate_get(cp_clear_fn fn)
     return 0;
 }
 
+/* A slot is claimed by its routine before its speed is written: a thread
+ * that loses the claim to another routine has written nothing there, and
+ * the winner's slot holds the winner's speed (or 0, "not yet", until its
+ * store lands). */
 static void rate_put(cp_clear_fn fn, uint64_t bytes_per_us)
 {
     for (int i = 0; i < RATE_SLOTS; i++) {
         uintptr_t f = atomic_load_explicit(&rates[i].fn, memory_order_acquire);
         if (f == 0) {
+            uint64_t rival = (uint64_t)cp_inject_hit(CP_INJECT_RATE_RIVAL);
+            if (rival)
+                rate_put(cp_inject_rival, rival);
             uintptr_t empty = 0;
-            atomic_store_explicit(&rates[i].bytes_per_us, bytes_per_us, memory_order_relaxed);
-            if (atomic_compare_exchange_strong(&rates[i].fn, &empty, (uintptr_t)fn))
-                return;
-            f = empty;
+            f = atomic_compare_exchange_strong(&rates[i].fn, &empty, (uintptr_t)fn)
+                ? (uintptr_t)fn : empty;
         }
         if (f == (uintptr_t)fn) {
             atomic_store_explicit(&rates[i].bytes_per_us, bytes_per_us, memory_order_relaxed);
@@ -452,13 +457,19 @@ static int grab(struct cp_job *job, size_t want, size_t *lo, size_t *hi)
  * (job->unit bytes while none is known), each later one from the speed of
  * the one before, to end at the deadline; a unit is at most 8 times the one
  * before it, so one lucky measurement cannot commit a thread to a long
- * run, and memory not yet faulted in is cleared job->unit at a time. */
+ * run, and memory not yet faulted in is cleared job->unit at a time.
+ * The speed remembered for the next job is that of the units since the
+ * last one remembered, once they add up to RATE_MIN_NS: on a fast machine
+ * no single unit of a job may last that long (1, 8, then 55 MiB of a 64 MiB
+ * extent), and a speed never remembered would start every job from
+ * job->unit again, never handing the routine a long extent in one call. */
 static void run_units(struct cp_job *job)
 {
     uint64_t rate = rate_get(job->fn);
     uint64_t t0 = now_ns();
     size_t want = rate && job->deadline > t0 ? bytes_in(rate, job->deadline - t0) : job->unit;
     size_t lo, hi;
+    uint64_t sum_bytes = 0, sum_ns = 0;
 
     while (grab(job, want, &lo, &hi)) {
         clear_range(job, lo, hi);
@@ -467,8 +478,13 @@ static void run_units(struct cp_job *job)
         uint64_t r = (uint64_t)((double)(hi - lo) * 1000.0 / (double)dt);
         if (r == 0)
             r = 1;
-        if (dt >= RATE_MIN_NS)
-            rate_put(job->fn, r);
+        sum_bytes += hi - lo;
+        sum_ns += dt;
+        if (sum_ns >= RATE_MIN_NS) {
+            uint64_t avg = (uint64_t)((double)sum_bytes * 1000.0 / (double)sum_ns);
+            rate_put(job->fn, avg ? avg : 1);
+            sum_bytes = sum_ns = 0;
+        }
         if (t1 >= job->deadline)
             break;
         want = bytes_in(r, job->deadline - t1);
