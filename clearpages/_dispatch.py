@@ -11,6 +11,7 @@ keeps a copy.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -123,6 +124,18 @@ class State:
 
 _current: State | None = None
 _lock = threading.RLock()     # a signal handler may clear while the state is built
+
+
+def _lock_after_fork() -> None:
+    """A fork while another thread held the lock leaves the child a lock
+    no thread of it will release: it gets a new one (unless the forking
+    thread itself holds it, inside a build)."""
+    global _lock
+    if not _lock._is_owned():     # type: ignore[attr-defined]
+        _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_lock_after_fork)
 
 # A bad CLEARPAGES_* value stops the import, naming the variable (reading
 # the environment is no I/O; the CPU, the calibration file and the routing

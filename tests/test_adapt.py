@@ -20,6 +20,8 @@ import threading
 
 import pytest
 
+from conftest import run_python
+
 import clearpages as cp
 from clearpages import _config, _dispatch, _fast
 from clearpages._native import ffi, lib
@@ -477,3 +479,63 @@ def test_info_shows_adaptation(config):
     out = io.StringIO()
     cli.main(["info"], out)
     assert "off: " in out.getvalue().split("adaptive auto", 1)[1]
+
+
+# ---- fork while another thread holds the learner's or the state's lock -------
+
+_FORK_WHILE_HELD = r"""
+import os, threading, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)     # fork with a thread: the point
+import clearpages as cp
+from clearpages import _dispatch
+from clearpages._native import ffi, lib
+
+cp.plan(1 << 20)                    # the state is built
+held = threading.Event()
+
+def hold():
+    if HOW == "learner":            # plan() and info read the learner under its lock
+        lib.cp_inject_arm(lib.CP_INJECT_ADAPT_HOLD, 1, 500)
+        held.set()
+        lib.cp_adapt_stat(20, 0, ffi.new("struct cp_adapt_stat *"))
+    else:                           # another thread builds the state
+        with _dispatch._lock:
+            held.set()
+            time.sleep(0.5)
+
+t = threading.Thread(target=hold)
+t.start()
+held.wait()
+time.sleep(0.1)
+pid = os.fork()
+if pid == 0:
+    cp.reload_config()
+    cp.set_adaptive(True)
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_defaults(p)
+    p.lo, p.hi, p.nt_min = 4096, 1 << 30, 1 << 20
+    lib.cp_adapt_configure(p)
+    adapting = lib.cp_adapt_choose(8192, ffi.cast("void *", 1 << 20)) >= 0
+    os._exit(0 if adapting else 3)
+for _ in range(200):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("hang")
+t.join()
+"""
+
+
+@pytest.mark.parametrize("how", ["learner", "state"])
+def test_a_child_forked_while_a_lock_is_held_neither_hangs_nor_stops_adapting(how):
+    """plan() reads the learner under its mutex and a first call builds the
+    state under a lock: a fork at that moment must leave the child a
+    learner and a state it can take, and one that still adapts."""
+    r = run_python("HOW = %r\n" % how + _FORK_WHILE_HELD, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["exit", "0"], (r.stdout, r.stderr)

@@ -54,6 +54,7 @@
 
 #include "clearpages.h"
 #include "adapt.h"
+#include "inject.h"
 
 enum { RING = 16, WINDOW = 7, EXPLORED_WINDOW = 3 };
 
@@ -109,6 +110,44 @@ static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
 static struct recent ring[RING];
 static unsigned ring_next;
 static uint64_t byte_clock;
+
+/* A fork copies the lock as it is: held by a thread the child does not
+ * have (plan() reading the learner, another thread recording), it would
+ * stay held there for good, and the child would hang in configure() or
+ * never adapt.  So fork takes it first (every holder holds it for a few
+ * loads and stores, never across a wait), and both sides let it go. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void fork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+}
+
+#ifdef __GLIBC__
+/* glibc's pthread_atfork is a static stub that passes the module's
+ * __dso_handle, which comes from crtbegin; the native module is linked
+ * without start files (_ffi_build.py says why), so register the way the
+ * stub does, with no handle (nothing unloads an extension module). */
+extern int __register_atfork(void (*prepare)(void), void (*parent)(void),
+                             void (*child)(void), void *dso_handle);
+#define register_atfork(prepare, parent, child) \
+    __register_atfork(prepare, parent, child, NULL)
+#else
+#define register_atfork pthread_atfork
+#endif
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    register_atfork(fork_prepare, fork_parent, fork_child);
+}
 
 void cp_adapt_defaults(struct cp_adapt_params *p)
 {
@@ -443,6 +482,11 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         context < 0 || context >= CP_ADAPT_CONTEXTS)
         return 0;
     pthread_mutex_lock(&lock);
+    int hold_ms = cp_inject_hit(CP_INJECT_ADAPT_HOLD);
+    if (hold_ms) {
+        struct timespec t = {hold_ms / 1000, (long)(hold_ms % 1000) * 1000000};
+        nanosleep(&t, NULL);
+    }
     const struct ctx_state *s = &table[size_class][context];
     int have = s->init;
     if (have) {

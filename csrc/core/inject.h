@@ -27,10 +27,12 @@ enum {
     CP_INJECT_POPULATE = 6,       /* MADV_POPULATE_WRITE says EINVAL (old kernel) */
     CP_INJECT_CALLER_IDLE = 7,    /* a job's calling thread leaves the slice's
                                      work to the workers */
-    CP_INJECT_RATE_RIVAL = 8      /* as a routine's speed is first remembered,
+    CP_INJECT_RATE_RIVAL = 8,     /* as a routine's speed is first remembered,
                                      another thread remembers the speed of
                                      a rival routine (err bytes per us)
                                      first, in the slot it found empty */
+    CP_INJECT_ADAPT_HOLD = 9      /* cp_adapt_stat holds the learner's lock
+                                     for err milliseconds */
 };
 
 /* Arm site: its nth pass from now (1 = the next) fails with error err
