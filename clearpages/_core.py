@@ -229,39 +229,42 @@ def _declined_many(seq: tuple[Any, ...], method: Any, threads: Any,
     if isinstance(seq[i], int):
         raise TypeError("clear_many takes an iterable of buffers, and item %d is an int: "
                         "to clear one buffer, call clear(buf)" % i)
-    addrs, lens, keep = _many_slow(seq)    # keep: exports held until done
-    _check_runnable(method)
-    _fast.clear_runs(addrs, lens, method=method, threads=threads)
-    del keep
+    exports: list[Any] = []     # held until the clear is done, released whatever happens
+    try:
+        addrs, lens = _many_slow(seq, exports)
+        _check_runnable(method)
+        _fast.clear_runs(addrs, lens, method=method, threads=threads)
+    finally:
+        # A traceback (Ctrl-C, a refusal) keeps these frames and their
+        # locals alive: release each export now, not when they are freed.
+        for c in exports:
+            ffi.release(c)
 
 
-def _many_slow(bufs: Sequence[Any]) -> tuple[Any, Any, list[Any]]:
-    """Addresses and lengths of every piece, strided arrays run by run, and
+def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
+    """Addresses and lengths of every piece, strided arrays run by run;
     the buffer exports that must outlive the clear (they stop a resize or
-    close in another thread); raises (before anything is written) on the
-    first unusable buffer."""
+    close in another thread) go into exports, for the caller to release.
+    Raises (before anything is written) on the first unusable buffer."""
     addrs = array.array("Q")
     lens = array.array("Q")
-    keep: list[Any] = []
     for i, b in enumerate(bufs):
         try:
             c = ffi.from_buffer(_CHARS, b, True)
         except (TypeError, BufferError, ValueError) as e:
             err = str(e)
         else:
-            keep.append(c)
+            exports.append(c)
             addrs.append(int(ffi.cast("uintptr_t", c)))
             lens.append(len(c))
             continue
         try:
             runs = _refuse(b, err)
         except (TypeError, ValueError) as e:
-            del keep[:]     # the traceback keeps this frame: let the exports go
             raise type(e)("clear_many: buffer %d: %s" % (i, e)) from None
-        keep.append(b)
         addrs.extend(int(a) for a in runs[0])
         lens.extend(int(m) for m in runs[1])
-    return addrs, lens, keep
+    return addrs, lens
 
 
 _INT_CODES = frozenset("bBhHiIlLqQ")

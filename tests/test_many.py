@@ -230,6 +230,37 @@ def test_many_lets_go_of_the_buffers_at_once(bad):
         gc.enable()
 
 
+@pytest.mark.parametrize("bad_last", [False, True])
+def test_many_interrupted_lets_go_of_the_buffers_though_the_traceback_lives(bad_last):
+    """Ctrl-C in a clear_many that holds a strided array (the pieces are
+    gathered in Python): the KeyboardInterrupt's traceback keeps the frames
+    alive, and with them anything a local still refers to; the buffers'
+    exports must be let go all the same, or `with Region(...)` turns the
+    Ctrl-C into a BufferError and the mapping stays.  The same when a
+    refused buffer ends the gathering."""
+    def hook(where, routine, nbytes):
+        if where == "slice":
+            raise KeyboardInterrupt
+
+    region = cp.Region(1 << 20)
+    m = mmap.mmap(-1, 4096)
+    pieces = [region, m, np.ones(10)[::2]]
+    _fast._set_debug_hook(hook)
+    try:
+        if bad_last:
+            with pytest.raises(TypeError) as caught:
+                cp.clear_many(pieces + [b"read-only"])
+        else:
+            with pytest.raises(KeyboardInterrupt) as caught:
+                cp.clear_many(pieces, threads=2)
+    finally:
+        _fast._set_debug_hook(None)
+    assert caught.tb is not None        # the traceback, and its frames, live on
+    region.close()
+    m.close()
+    del caught
+
+
 # ---- clear_pages ------------------------------------------------------------
 
 def _pool(npages, page_size=4096, tail=0):
