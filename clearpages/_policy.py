@@ -243,9 +243,16 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+#: The most threads one native job takes (CP_MAX_THREADS in
+#: csrc/core/clearpages.h; test_policy holds the two equal).  A machine may
+#: have more CPUs than that.
+MAX_JOB_THREADS = 256
+
+
 def choose_threads(cpu: CPU, th: Thresholds, nbytes: int) -> int:
-    """threads="auto": one thread below thread_min, then one per half of it."""
-    most = min(th.max_threads or cpu.cores, cpu.cores)
+    """threads="auto": one thread below thread_min, then one per half of it,
+    up to the CPUs and never more than a job takes."""
+    most = min(th.max_threads or cpu.cores, cpu.cores, MAX_JOB_THREADS)
     if most <= 1 or nbytes < th.thread_min:
         return 1
     return max(1, min(most, nbytes // max(1, th.thread_min // 2)))

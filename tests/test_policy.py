@@ -223,6 +223,14 @@ def test_threads_auto():
     assert -(-1 * GiB // p.chunk) >= 4 * p.threads
 
 
+def test_auto_threads_never_exceed_what_a_job_takes():
+    huge = dataclasses.replace(ICE, cores=512)
+    th = _policy.default_thresholds(huge, ALL)
+    assert _policy.MAX_JOB_THREADS == _fast.MAX_THREADS
+    assert _policy.choose_threads(huge, th, 10 * GiB) == _fast.MAX_THREADS
+    assert _policy.decide(huge, th, 10 * GiB, threads="auto").threads == _fast.MAX_THREADS
+
+
 def test_explicit_threads_split_small_work_in_pages():
     th = _policy.default_thresholds(ICE, ALL)
     for n, t in [(10_000, 2), (1 * MiB + 3, 3), (0, 4)]:

@@ -265,3 +265,33 @@ def test_ctrl_c_interrupts_a_long_clear(method, threads, record_property):
     sys.stderr.write("\nSIGINT -> KeyboardInterrupt: %.1f ms (%s, %d threads, inside clear: %s)\n"
                      % (latency * 1000, method, threads, result["inside"]))
     assert latency < 2.0
+
+
+# ---- more CPUs than a job takes threads ---------------------------------------
+
+def test_auto_threads_on_512_cpus_stay_within_what_a_job_takes(config, monkeypatch, tmp_path):
+    """A machine with 512 CPUs in the affinity mask: threads="auto" chooses
+    at most the job's maximum, plan() says what clear() runs, and a clear
+    that would want every CPU runs (instead of 'bad job configuration')."""
+    from clearpages import _calibration, _cpu
+
+    monkeypatch.setattr(_cpu, "_cores", lambda: 512)
+    config({})
+    st = _dispatch.state()
+    assert st.cpu.cores == 512
+    p = cp.plan(10 << 30)
+    assert 1 < p.threads <= _fast.MAX_THREADS, p
+    assert _fast.decide(10 << 30, 1, "auto")[1] == p.threads
+    # A thread threshold of 8 KiB: a 4 MiB clear asks for one thread per
+    # 4 KiB, far more than a job takes.
+    path = tmp_path / "calibration.json"
+    _calibration.save(path, st.cpu, dataclasses.replace(st.thresholds, thread_min=8 * KiB))
+    config({"CLEARPAGES_CALIBRATION": str(path)})
+    assert _dispatch.state().thresholds.thread_min == 8 * KiB
+    n = 4 * MiB
+    p = cp.plan(n)
+    assert p.threads == _fast.MAX_THREADS, p
+    assert _fast.decide(n, 1, "auto")[1] == p.threads
+    buf = bytearray(b"\x01") * n
+    cp.clear(buf, threads="auto")
+    assert not any(buf)

@@ -20,9 +20,14 @@ int route(size_t nbytes, size_t count, int threads)
     return cfg.temporal;
 }
 
+/* threads="auto": one thread below thread_min, then one per half of it,
+ * up to the CPUs Python counted and never more than a job takes (a
+ * machine may have more CPUs than CP_MAX_THREADS). */
 int auto_threads(size_t nbytes)
 {
     size_t most = (size_t)cfg.most_threads, half = cfg.thread_min / 2;
+    if (most > CP_MAX_THREADS)
+        most = CP_MAX_THREADS;
     if (most <= 1 || nbytes < cfg.thread_min)
         return 1;
     size_t t = nbytes / (half ? half : 1);
