@@ -6,7 +6,9 @@ exports the memory and counts the exports in C): ``memoryview(region)``,
 Python.  ``close``, ``resize`` and ``move`` refuse with ``BufferError`` while
 any export lives (as ``mmap.resize`` does); every export holds a reference
 to the Region, so the memory is unmapped only once the last one is gone.
-No view can ever point at unmapped memory.
+No view can ever point at unmapped memory.  The end of a ``with`` block
+closes the Region without refusing: memory a view still uses is let go
+with that view, and the block's own exception is never replaced.
 
 Moves and resizes go through ``mremap`` to destinations congruent with the
 source modulo 1 GiB, so the kernel moves whole PUD (1 GiB) or PMD (2 MiB)
@@ -540,16 +542,26 @@ class Region(RegionMemory):
     # ---- lifetime -----------------------------------------------------
 
     def close(self) -> None:
-        """Unmap the memory.  BufferError while views exist; closing twice
-        is allowed."""
+        """Unmap the memory.  BufferError while views exist (an explicit
+        close is a claim that nothing uses the memory any more, so a live
+        view is reported); closing twice is allowed.  The end of a ``with``
+        block differs: see __exit__."""
         self._close()
 
     def __enter__(self) -> Region:
         self._check_open()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        """Close the Region; a view that outlives the block (a numpy array
+        made from it) keeps the memory until the view goes, as when a
+        Region is dropped.  Never raises BufferError, and never replaces an
+        exception raised in the block."""
+        try:
+            self._close_when_released()
+        except Exception:
+            if kind is None:
+                raise
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Region is process memory and cannot be pickled; "

@@ -232,6 +232,51 @@ def test_garbage_collected_region_keeps_memory_for_its_views():
     assert not mapped(address, 8192)
 
 
+def test_a_view_that_outlives_the_with_block_keeps_the_memory_until_it_goes():
+    np = pytest.importorskip("numpy")
+    with cp.Region(2 * MiB) as r:
+        address = r.address
+        a = np.frombuffer(r, dtype=np.uint32)
+        a[:] = 7
+    # The block's end closed the Region (no BufferError) ...
+    assert r.closed and r.size == 0
+    with pytest.raises(ValueError, match="closed"):
+        r.view()
+    with pytest.raises(ValueError, match="closed"):
+        cp.clear(r)
+    # ... and the array still works on the memory, which goes with it,
+    # though the Region object itself lives on.
+    assert (a == 7).all() and mapped(address, 2 * MiB)
+    a[0] = 1
+    del a
+    gc.collect()
+    assert not mapped(address, 2 * MiB)
+    r.close()               # closing again is allowed
+
+
+def test_the_blocks_own_exception_propagates_unchanged_past_a_live_view():
+    np = pytest.importorskip("numpy")
+    keep = []
+    with pytest.raises(KeyError) as got:
+        with cp.Region(4096) as r:
+            keep.append(np.frombuffer(r, dtype=np.uint8))
+            raise KeyError("mine")
+    assert got.value.args == ("mine",)
+    assert got.value.__context__ is None and got.value.__cause__ is None
+    assert r.closed and keep[0][0] == 0
+
+
+def test_an_explicit_close_still_refuses_a_live_view_inside_the_block():
+    with cp.Region(4096) as r:
+        v = r.view()
+        with pytest.raises(BufferError, match="close"):
+            r.close()
+        assert not r.closed
+    assert r.closed
+    v[0] = 3
+    v.release()
+
+
 def test_garbage_collected_region_is_unmapped():
     r = cp.Region(MiB)
     address = r.address

@@ -13,6 +13,10 @@ typedef struct {
     int mapped;
     int kind, shift;            /* as mapped: page = 1 << shift */
     size_t limit, modulus;      /* address space; resize keeps addr % modulus */
+    /* Memory a close-when-released (the end of a `with` block) detached
+     * while views of it lived: unmapped when the last export goes. */
+    uintptr_t orphan;
+    size_t orphan_size;
     PyThread_type_lock lock;
 } RegionMemory;
 
@@ -52,6 +56,8 @@ static void region_dealloc(RegionMemory *self)
     /* A live export holds a reference to us, so none is left here. */
     if (self->mapped && self->exports == 0 && nat.region_unmap)
         nat.region_unmap(self->address, self->size);
+    if (self->orphan_size && self->exports == 0 && nat.region_unmap)
+        nat.region_unmap(self->orphan, self->orphan_size);
     self->mapped = 0;
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -78,7 +84,15 @@ static int region_getbuffer(RegionMemory *self, Py_buffer *view, int flags)
 static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
 {
     (void)view;
-    self->exports--;
+    if (--self->exports == 0 && self->orphan_size) {
+        /* The last view of memory the Region let go: unmap it now, as
+         * dropping the Region would (nothing can export it again). */
+        uintptr_t addr = self->orphan;
+        size_t size = self->orphan_size;
+        self->orphan = 0;
+        self->orphan_size = 0;
+        nat.region_unmap(addr, size);
+    }
 }
 
 static PyBufferProcs region_as_buffer = {
@@ -286,6 +300,36 @@ static PyObject *region_close(RegionMemory *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The end of a `with` block: unmap now, or, while views live, detach the
+ * memory so the Region is closed at once and the memory goes with the last
+ * view.  Never BufferError. */
+static PyObject *region_close_when_released(RegionMemory *self, PyObject *unused)
+{
+    (void)unused;
+    if (region_bound() < 0)
+        return NULL;
+    region_lock(self);
+    if (!self->mapped) {
+        region_unlock(self);
+        Py_RETURN_NONE;
+    }
+    uintptr_t addr = self->address;
+    size_t size = self->size;
+    self->mapped = 0;
+    self->address = 0;
+    self->size = 0;
+    if (self->exports > 0) {
+        self->orphan = addr;
+        self->orphan_size = size;
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        nat.region_unmap(addr, size);
+        Py_END_ALLOW_THREADS
+    }
+    region_unlock(self);
+    Py_RETURN_NONE;
+}
+
 size_t region_page_size(PyObject *buf)
 {
     if (!PyObject_TypeCheck(buf, &RegionMemoryType) || !((RegionMemory *)buf)->mapped)
@@ -337,6 +381,9 @@ static PyMethodDef region_methods[] = {
      "_move_to(piece, address) -> errno (BufferError while exported)."},
     {"_discard", (PyCFunction)region_discard, METH_NOARGS,
      "_discard() -> errno: MADV_DONTNEED over the memory."},
+    {"_close_when_released", (PyCFunction)region_close_when_released, METH_NOARGS,
+     "_close_when_released(): closed now; the memory is unmapped now, or when the\n"
+     "last view of it is released."},
     {"_close", (PyCFunction)region_close, METH_NOARGS,
      "_close(): unmap (BufferError while exported; twice is allowed)."},
     {NULL, NULL, 0, NULL},
