@@ -59,6 +59,11 @@ class _Lib:
     CP_REGION_THP: int
     CP_REGION_HUGETLB: int
     CP_REGION_LOST: int
+    CP_REGION_UNPROTECTED: int
+    CP_PROTECT_LOCK: int
+    CP_PROTECT_NODUMP: int
+    CP_PROTECT_WIPEONFORK: int
+    CP_PROTECT_DONTFORK: int
     CP_INJECT_NONE: int
     CP_INJECT_THREAD_START: int
     CP_INJECT_MOVE_PIECE: int
@@ -111,6 +116,7 @@ class _Lib:
     def cp_region_discard_pages(self, addr: int, size: int, pages: _CData, n: int,
                                 page_size: int, bad: _CData, /) -> int: ...
     def cp_region_advise_huge(self, addr: int, size: int, /) -> int: ...
+    def cp_region_protect(self, addr: int, size: int, flags: int, failed: _CData, /) -> int: ...
     def cp_region_reserve_at(self, addr: int, size: int, /) -> int: ...
     def cp_region_move_to(self, addr: int, size: int, piece: int, dst: int, /) -> int: ...
     def cp_region_move_congruent(self, addr: int, size: int, piece: int, modulus: int, residue: int,

@@ -75,6 +75,63 @@ def _address_space_limit() -> int:
 
 
 
+#: fork= values: what a forked child sees of the region.
+FORK = {
+    "keep": 0,                              # a copy-on-write copy, as of any memory
+    "wipe": lib.CP_PROTECT_WIPEONFORK,      # zeros where the region is
+    "drop": lib.CP_PROTECT_DONTFORK,        # nothing mapped there
+}
+
+
+def _protect_flags(lock: Any, dump: Any, fork: Any) -> int:
+    for name, v in (("lock", lock), ("dump", dump)):
+        if not isinstance(v, bool):
+            raise TypeError("%s takes True or False, not %r" % (name, v))
+    if not isinstance(fork, str) or fork not in FORK:
+        raise ValueError("fork must be 'keep' (a child gets a copy), 'wipe' (a child reads "
+                         "zeros) or 'drop' (nothing mapped in a child), not %r" % (fork,))
+    return ((lib.CP_PROTECT_LOCK if lock else 0) | (0 if dump else lib.CP_PROTECT_NODUMP)
+            | FORK[fork])
+
+
+def _memlock_text() -> str:
+    """This process's lock limit and what it has locked, in words."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    limit = "unlimited" if soft == resource.RLIM_INFINITY else _fmt_size(soft)
+    locked = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmLck:"):
+                    locked = int(line.split()[1]) * KiB
+    except (OSError, ValueError):
+        pass
+    return "this process may lock %s (RLIMIT_MEMLOCK) and has %s locked" % (
+        limit, _fmt_size(locked))
+
+
+def _protect_error(err: int, failed: int, size: int, what: str = "a region of %s") -> OSError:
+    """The error for a lock=, dump= or fork= the system refused."""
+    region = what % _fmt_size(size)
+    if failed == lib.CP_PROTECT_LOCK:
+        msg = ("cannot lock %s in memory (mlock): %s; raise the limit (`ulimit -l` in the "
+               "shell that starts Python, LimitMEMLOCK= for a systemd service, memlock in "
+               "/etc/security/limits.conf) or lock less" % (region, _memlock_text()))
+        if err == errno.EPERM:
+            msg = "cannot lock %s in memory (mlock): not permitted; %s" % (
+                region, _memlock_text())
+    elif failed == lib.CP_PROTECT_WIPEONFORK:
+        msg = ("cannot wipe %s in forked children: MADV_WIPEONFORK needs Linux 4.14 or "
+               "newer; use fork='drop' (nothing mapped in a child)" % region)
+    elif failed == lib.CP_PROTECT_DONTFORK:
+        msg = "cannot keep %s out of forked children (MADV_DONTFORK)" % region
+    else:
+        msg = "cannot keep %s out of core dumps (MADV_DONTDUMP)" % region
+    return OSError(err, "%s (%s)" % (msg, os.strerror(err)))
+
+
 class HugePagesUnavailable(OSError):
     """hugetlb pages of the requested size cannot be had (errno ENOMEM)."""
 
@@ -169,15 +226,23 @@ class Region(RegionMemory):
     The size rounds up to a whole number of pages.  populate=True faults
     every page in now (MADV_POPULATE_WRITE), so first touches cost nothing.
 
+    For secrets: lock=True locks the pages in memory as they are touched
+    (never written to swap; RLIMIT_MEMLOCK applies), dump=False leaves
+    them out of core dumps, fork= says what a forked child sees: "keep"
+    (a copy-on-write copy), "wipe" (zeros) or "drop" (nothing mapped).
+    They hold across resize and move.
+
     ``view()`` gives a writable memoryview (numpy.frombuffer works on it);
     while any view lives, close/resize/move raise BufferError.
     ``clearpages.clear(region)`` and ``clear_many([...])`` take it directly.
     """
 
     def __init__(self, size: int | str, *, page_size: str | int = "4k",
-                 populate: bool = False) -> None:
+                 populate: bool = False, lock: bool = False, dump: bool = True,
+                 fork: str = "keep") -> None:
         size = _check_size(size)
         name = self._page_size_name(page_size, size)
+        flags = _protect_flags(lock, dump, fork)
         if name == "auto":
             name = self._auto(size)
             if name == "1g":
@@ -188,6 +253,20 @@ class Region(RegionMemory):
                     name = "2m" if _thp_mode() not in (None, "never") else "4k"
         if self.closed:
             self._map_pages(size, name)
+        #: What the region keeps from swap, core dumps and children.
+        self.lock, self.dump, self.fork = lock, dump, fork
+        if self._kind == lib.CP_REGION_HUGETLB:
+            # Never mapped in a child already (MADV_DONTFORK, see _map);
+            # MADV_WIPEONFORK does not apply to hugetlb memory.
+            flags &= ~lib.CP_PROTECT_WIPEONFORK
+            self.fork = "drop"
+        self._flags = flags
+        if flags:
+            err, failed = self._protect(flags)
+            if err:
+                mapped = self._size
+                self._close()
+                raise _protect_error(err, failed, mapped)
         if populate:
             self.populate()
 
@@ -277,6 +356,14 @@ class Region(RegionMemory):
         """A move that could not put the memory back (CP_REGION_LOST) has
         left the Region closed (the native type owns nothing any more):
         raise, naming the cause.  Otherwise err."""
+        if err & lib.CP_REGION_UNPROTECTED:
+            # Done, but the new memory lacks lock=, dump= or fork=: again,
+            # to learn which (or to find it passes now).
+            err, failed = self._protect(self._flags)
+            if err:
+                raise _protect_error(err, failed, self._size,
+                                     "the region, %%s after the %s," % what)
+            return 0
         if err & lib.CP_REGION_LOST:
             err &= ~lib.CP_REGION_LOST
             self._lost = ("a failed %s could not put its memory back (%s): another "
@@ -313,9 +400,10 @@ class Region(RegionMemory):
         pages on the next touch.  Correct because the memory is private and
         anonymous.  start and stop must be multiples of the region's page
         size (stop may also be the size); ValueError otherwise.  hugetlb
-        regions are cleared in place instead: a discarded hugetlb page
-        returns to the shared pool and its refault could then fail with
-        SIGBUS."""
+        and locked (lock=True) regions are cleared in place instead: a
+        discarded hugetlb page returns to the shared pool and its refault
+        could then fail with SIGBUS, and the kernel does not discard locked
+        pages."""
         self._check_open()
         size, page = self._size, self._page
         if start == 0 and stop is None:
@@ -326,8 +414,14 @@ class Region(RegionMemory):
             return
         self._discard_pages_of(array.array("q", range(lo // page, -(-hi // page))), page)
 
+    def _clears_in_place(self) -> bool:
+        # A discarded hugetlb page returns to the shared pool (its refault
+        # could then fail with SIGBUS); the kernel refuses MADV_DONTNEED on
+        # locked memory.
+        return self._kind == lib.CP_REGION_HUGETLB or self.lock
+
     def _discard_all(self) -> None:
-        if self._kind == lib.CP_REGION_HUGETLB:
+        if self._clears_in_place():
             from ._core import clear
 
             clear(self)
@@ -370,7 +464,7 @@ class Region(RegionMemory):
         self._discard_pages_of(_page_indices(pages), page_size)
 
     def _discard_pages_of(self, idx: Any, page_size: int) -> None:
-        if self._kind == lib.CP_REGION_HUGETLB:
+        if self._clears_in_place():
             from ._core import clear_pages
 
             clear_pages(self, idx, page_size=page_size)
@@ -478,6 +572,11 @@ class Region(RegionMemory):
 
     def _resize_failed(self, err: int, new_size: int) -> None:
         err = self._lost_check("resize", err)
+        if not err:
+            return
+        if self.lock and err in (errno.EAGAIN, errno.ENOMEM, errno.EPERM):
+            raise _protect_error(err, lib.CP_PROTECT_LOCK, new_size,
+                                 "the locked region grown to %s")
         if self._kind == lib.CP_REGION_HUGETLB and err == errno.ENOMEM:
             raise _hugetlb_error(new_size - self._size, self._page, err,
                                  "growing the region by %s")

@@ -124,3 +124,11 @@ def test_results_hold_the_profile_tables():
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, ("docs/results.md is out of date with profiles/ or the "
                                "policy: run python bench/profile_tables.py --write\n" + r.stderr)
+
+
+def test_readme_says_how_to_wipe_secrets(readme):
+    assert "\n## Wiping secrets\n" in readme
+    part = readme.split("\n## Wiping secrets\n", 1)[1].split("\n## ", 1)[0]
+    for words in ("lock=True", "dump=False", 'fork="wipe"', "RLIMIT_MEMLOCK",
+                  "never elided", "cannot reach", "bytes", "swap"):
+        assert words in part, words

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "inject.h"
@@ -42,6 +43,15 @@
 #endif
 #ifndef MADV_DONTFORK
 #define MADV_DONTFORK 10
+#endif
+#ifndef MADV_DONTDUMP
+#define MADV_DONTDUMP 16
+#endif
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#endif
+#ifndef MLOCK_ONFAULT
+#define MLOCK_ONFAULT 1
 #endif
 
 /* Another thread may map into a hole we opened for an instant; try again. */
@@ -242,6 +252,47 @@ int cp_region_discard_pages(uintptr_t addr, size_t size, const int64_t *pages, s
     }
     free(sorted);
     return err;
+}
+
+/* Locked on fault: pages never touched stay unallocated (a large region
+ * costs nothing until used), every page touched is locked before it can
+ * be written, so no page of it ever reaches swap.  mlock2 is Linux 4.4+;
+ * before it, mlock (which faults the whole range in). */
+static int lock_range(uintptr_t addr, size_t size)
+{
+#ifdef SYS_mlock2
+    if (syscall(SYS_mlock2, (void *)addr, size, MLOCK_ONFAULT) == 0)
+        return 0;
+    if (errno != ENOSYS && errno != EINVAL)
+        return errno;
+#endif
+    return mlock((void *)addr, size) == 0 ? 0 : errno;
+}
+
+int cp_region_protect(uintptr_t addr, size_t size, int flags, int *failed)
+{
+    static const struct {
+        int flag, advice;
+    } advices[] = {
+        {CP_PROTECT_NODUMP, MADV_DONTDUMP},
+        {CP_PROTECT_WIPEONFORK, MADV_WIPEONFORK},
+        {CP_PROTECT_DONTFORK, MADV_DONTFORK},
+    };
+    *failed = 0;
+    if (flags & CP_PROTECT_LOCK) {
+        int err = lock_range(addr, size);
+        if (err) {
+            *failed = CP_PROTECT_LOCK;
+            return err;
+        }
+    }
+    for (size_t i = 0; i < sizeof advices / sizeof advices[0]; i++)
+        if ((flags & advices[i].flag)
+            && madvise((void *)addr, size, advices[i].advice) != 0) {
+            *failed = advices[i].flag;
+            return errno;
+        }
+    return 0;
 }
 
 int cp_region_reserve_at(uintptr_t addr, size_t size)

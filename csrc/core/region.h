@@ -31,6 +31,11 @@ enum {
  * at its old address belongs to it any more. */
 enum { CP_REGION_LOST = 0x10000 };
 
+/* Or'ed into the errno of a move or resize that succeeded but whose
+ * memory could not be given the region's cp_region_protect flags again
+ * (the RegionMemory type reapplies them to the new range). */
+enum { CP_REGION_UNPROTECTED = 0x20000 };
+
 /* Map size bytes (a multiple of the page size) at an address that is a
  * multiple of align (a power of two).  huge_shift: log2 of the hugetlb page
  * size, used only for CP_REGION_HUGETLB (such regions are not inherited
@@ -59,6 +64,20 @@ int cp_region_discard(uintptr_t addr, size_t size);
  * one system call.  ENOMEM: no memory to sort the list. */
 int cp_region_discard_pages(uintptr_t addr, size_t size, const int64_t *pages, size_t n,
                             size_t page_size, size_t *bad);
+
+/* Keeping a region's contents to this process (for secrets), or'd into
+ * cp_region_protect's flags. */
+enum {
+    CP_PROTECT_LOCK = 1,        /* mlock (on fault): never written to swap */
+    CP_PROTECT_NODUMP = 2,      /* MADV_DONTDUMP: left out of core dumps */
+    CP_PROTECT_WIPEONFORK = 4,  /* MADV_WIPEONFORK: a forked child reads zeros */
+    CP_PROTECT_DONTFORK = 8     /* MADV_DONTFORK: not mapped in a forked child */
+};
+
+/* Apply the flags over the range, in the order above; 0, or the errno of
+ * the first that failed with *failed set to its flag.  Applying them again
+ * is harmless (moves and resizes do, for the part that is new). */
+int cp_region_protect(uintptr_t addr, size_t size, int flags, int *failed);
 
 /* MADV_HUGEPAGE over the range. */
 int cp_region_advise_huge(uintptr_t addr, size_t size);

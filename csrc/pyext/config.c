@@ -62,6 +62,7 @@ static int bind_native(const char *path)
     NEED(region_map, "cp_region_map");
     NEED(region_unmap, "cp_region_unmap");
     NEED(region_discard, "cp_region_discard");
+    NEED(region_protect, "cp_region_protect");
     NEED(region_resize, "cp_region_resize");
     NEED(region_move_to, "cp_region_move_to");
     NEED(region_move_congruent, "cp_region_move_congruent");

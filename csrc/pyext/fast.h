@@ -51,6 +51,7 @@ struct native {
     int (*region_map)(size_t, size_t, int, int, uintptr_t *);
     int (*region_unmap)(uintptr_t, size_t);
     int (*region_discard)(uintptr_t, size_t);
+    int (*region_protect)(uintptr_t, size_t, int, int *);
     int (*region_resize)(uintptr_t, size_t, size_t, int, int, size_t, uintptr_t *);
     int (*region_move_to)(uintptr_t, size_t, size_t, uintptr_t);
     int (*region_move_congruent)(uintptr_t, size_t, size_t, size_t, size_t,

@@ -17,6 +17,7 @@ typedef struct {
      * while views of it lived: unmapped when the last export goes. */
     uintptr_t orphan;
     size_t orphan_size;
+    int protect;                /* CP_PROTECT_* flags, reapplied after a move */
     PyThread_type_lock lock;
 } RegionMemory;
 
@@ -185,8 +186,16 @@ static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
         out = (uintptr_t)b;
         err = nat.region_move_to(addr, size, (size_t)a, out);
     }
+    if (!err && self->protect) {
+        /* mremap carries the flags with the mapping; a hugetlb region that
+         * grew has new mappings, which get them here. */
+        int failed;
+        int perr = nat.region_protect(out, new_size, self->protect, &failed);
+        if (perr)
+            err = perr | CP_REGION_UNPROTECTED;
+    }
     Py_END_ALLOW_THREADS
-    if (!err) {
+    if (!err || (err & CP_REGION_UNPROTECTED)) {
         self->address = out;
         self->size = new_size;
     } else if (err & CP_REGION_LOST) {
@@ -300,6 +309,33 @@ static PyObject *region_close(RegionMemory *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* _protect(flags) -> (errno, flag that failed): apply CP_PROTECT_* flags
+ * now and after every move and resize. */
+static PyObject *region_protect(RegionMemory *self, PyObject *arg)
+{
+    int flags = (int)PyLong_AsLong(arg);
+    if (flags == -1 && PyErr_Occurred())
+        return NULL;
+    if (region_bound() < 0)
+        return NULL;
+    region_lock(self);
+    if (!self->mapped) {
+        region_unlock(self);
+        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        return NULL;
+    }
+    uintptr_t addr = self->address;
+    size_t size = self->size;
+    int err, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    err = nat.region_protect(addr, size, flags, &failed);
+    Py_END_ALLOW_THREADS
+    if (!err)
+        self->protect |= flags;
+    region_unlock(self);
+    return Py_BuildValue("(ii)", err, failed);
+}
+
 /* The end of a `with` block: unmap now, or, while views live, detach the
  * memory so the Region is closed at once and the memory goes with the last
  * view.  Never BufferError. */
@@ -381,6 +417,9 @@ static PyMethodDef region_methods[] = {
      "_move_to(piece, address) -> errno (BufferError while exported)."},
     {"_discard", (PyCFunction)region_discard, METH_NOARGS,
      "_discard() -> errno: MADV_DONTNEED over the memory."},
+    {"_protect", (PyCFunction)region_protect, METH_O,
+     "_protect(flags) -> (errno, failed flag): CP_PROTECT_* over the memory, now and\n"
+     "after every move and resize."},
     {"_close_when_released", (PyCFunction)region_close_when_released, METH_NOARGS,
      "_close_when_released(): closed now; the memory is unmapped now, or when the\n"
      "last view of it is released."},
