@@ -146,6 +146,9 @@ class Backing:
     kernel_page_size: int    #: largest KernelPageSize of its mappings
     thp_eligible: bool       #: THPeligible of every mapping
     mappings: int            #: how many kernel mappings (VMAs) it spans
+    #: VmFlags every mapping has: "lo" locked, "dd" not dumped, "wf" wiped
+    #: in a child, "dc" not in a child, "hg" huge-page advised, ...
+    vm_flags: frozenset[str] = frozenset()
 
     @property
     def huge(self) -> int:
@@ -523,6 +526,7 @@ class Region(RegionMemory):
         fields = {"Rss": 0, "AnonHugePages": 0, "Private_Hugetlb": 0,
                   "Shared_Hugetlb": 0, "KernelPageSize": 0}
         eligible, mappings, inside = True, 0, False
+        flags: frozenset[str] | None = None
         with open("/proc/self/smaps") as f:
             for line in f:
                 head = line.split(None, 1)[0] if line.strip() else ""
@@ -540,10 +544,14 @@ class Region(RegionMemory):
                         else fields[key] + kb
                 elif key == "THPeligible":
                     eligible = eligible and line.split()[1] == "1"
+                elif key == "VmFlags":
+                    here = frozenset(line.split()[1:])
+                    flags = here if flags is None else flags & here
         return Backing(rss=fields["Rss"], anon_huge_pages=fields["AnonHugePages"],
                        hugetlb=fields["Private_Hugetlb"] + fields["Shared_Hugetlb"],
                        kernel_page_size=fields["KernelPageSize"],
-                       thp_eligible=eligible and mappings > 0, mappings=mappings)
+                       thp_eligible=eligible and mappings > 0, mappings=mappings,
+                       vm_flags=flags or frozenset())
 
     def huge_pages(self) -> int:
         """Bytes of the region the kernel backs with huge pages right now."""

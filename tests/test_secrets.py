@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import sys
 import textwrap
 
 import pytest
@@ -18,22 +17,8 @@ from clearpages._native import lib
 KiB, MiB = 1 << 10, 1 << 20
 
 
-def vm_flags(r: cp.Region) -> set[str]:
-    """The kernel's VmFlags of every mapping of the region, intersected."""
-    start, end = r.address, r.address + r.size
-    found: set[str] | None = None
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(None, 1)[0] if line.strip() else ""
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo < end and hi > start
-            elif inside and head == "VmFlags:":
-                flags = set(line.split()[1:])
-                found = flags if found is None else found & flags
-    assert found is not None
-    return found
+def vm_flags(r: cp.Region) -> frozenset[str]:
+    return r.backing().vm_flags
 
 
 def test_default_regions_are_ordinary_memory():
@@ -162,4 +147,4 @@ def test_every_option_is_in_the_signature():
 
     params = inspect.signature(cp.Region).parameters
     assert {"lock", "dump", "fork"} <= set(params)
-    assert sys.modules["clearpages"] is cp
+    assert params["fork"].default == "keep" and params["dump"].default is True

@@ -262,17 +262,28 @@ static PyObject *region_move_to(RegionMemory *self, PyObject *args)
     return region_relocate(self, 2, "move", piece, dst, 0, 0);
 }
 
+/* Bound to _native and locked with the memory mapped: 1 (the caller
+ * unlocks).  Closed: 0 and not locked.  -1: an error (the ValueError of a
+ * closed Region unless closed_ok). */
+static int region_lock_mapped(RegionMemory *self, int closed_ok)
+{
+    if (region_bound() < 0)
+        return -1;
+    region_lock(self);
+    if (self->mapped)
+        return 1;
+    region_unlock(self);
+    if (closed_ok)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "the Region is closed");
+    return -1;
+}
+
 static PyObject *region_discard(RegionMemory *self, PyObject *unused)
 {
     (void)unused;
-    if (region_bound() < 0)
+    if (region_lock_mapped(self, 0) < 0)
         return NULL;
-    region_lock(self);
-    if (!self->mapped) {
-        region_unlock(self);
-        PyErr_SetString(PyExc_ValueError, "the Region is closed");
-        return NULL;
-    }
     int err;
     uintptr_t addr = self->address;
     size_t size = self->size;
@@ -283,71 +294,18 @@ static PyObject *region_discard(RegionMemory *self, PyObject *unused)
     return PyLong_FromLong(err);
 }
 
-static PyObject *region_close(RegionMemory *self, PyObject *unused)
+/* close() (when_released 0): BufferError while exported.  The end of a
+ * `with` block (when_released 1): never BufferError; while views live the
+ * memory is detached, so the Region is closed at once and the memory goes
+ * with the last view.  Closing twice is allowed. */
+static PyObject *region_close_mapping(RegionMemory *self, int when_released)
 {
-    (void)unused;
-    if (region_bound() < 0)
-        return NULL;
-    region_lock(self);
-    if (!self->mapped) {
-        region_unlock(self);
-        Py_RETURN_NONE;         /* closing twice is allowed */
-    }
-    if (region_check(self, "close") < 0) {
+    int rc = region_lock_mapped(self, 1);
+    if (rc <= 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    if (!when_released && region_check(self, "close") < 0) {
         region_unlock(self);
         return NULL;
-    }
-    uintptr_t addr = self->address;
-    size_t size = self->size;
-    self->mapped = 0;
-    self->address = 0;
-    self->size = 0;
-    Py_BEGIN_ALLOW_THREADS
-    nat.region_unmap(addr, size);
-    Py_END_ALLOW_THREADS
-    region_unlock(self);
-    Py_RETURN_NONE;
-}
-
-/* _protect(flags) -> (errno, flag that failed): apply CP_PROTECT_* flags
- * now and after every move and resize. */
-static PyObject *region_protect(RegionMemory *self, PyObject *arg)
-{
-    int flags = (int)PyLong_AsLong(arg);
-    if (flags == -1 && PyErr_Occurred())
-        return NULL;
-    if (region_bound() < 0)
-        return NULL;
-    region_lock(self);
-    if (!self->mapped) {
-        region_unlock(self);
-        PyErr_SetString(PyExc_ValueError, "the Region is closed");
-        return NULL;
-    }
-    uintptr_t addr = self->address;
-    size_t size = self->size;
-    int err, failed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    err = nat.region_protect(addr, size, flags, &failed);
-    Py_END_ALLOW_THREADS
-    if (!err)
-        self->protect |= flags;
-    region_unlock(self);
-    return Py_BuildValue("(ii)", err, failed);
-}
-
-/* The end of a `with` block: unmap now, or, while views live, detach the
- * memory so the Region is closed at once and the memory goes with the last
- * view.  Never BufferError. */
-static PyObject *region_close_when_released(RegionMemory *self, PyObject *unused)
-{
-    (void)unused;
-    if (region_bound() < 0)
-        return NULL;
-    region_lock(self);
-    if (!self->mapped) {
-        region_unlock(self);
-        Py_RETURN_NONE;
     }
     uintptr_t addr = self->address;
     size_t size = self->size;
@@ -364,6 +322,37 @@ static PyObject *region_close_when_released(RegionMemory *self, PyObject *unused
     }
     region_unlock(self);
     Py_RETURN_NONE;
+}
+
+static PyObject *region_close(RegionMemory *self, PyObject *unused)
+{
+    (void)unused;
+    return region_close_mapping(self, 0);
+}
+
+static PyObject *region_close_when_released(RegionMemory *self, PyObject *unused)
+{
+    (void)unused;
+    return region_close_mapping(self, 1);
+}
+
+/* _protect(flags) -> (errno, flag that failed): apply CP_PROTECT_* flags
+ * now and after every move and resize. */
+static PyObject *region_protect(RegionMemory *self, PyObject *arg)
+{
+    int flags = (int)PyLong_AsLong(arg);
+    if ((flags == -1 && PyErr_Occurred()) || region_lock_mapped(self, 0) < 0)
+        return NULL;
+    uintptr_t addr = self->address;
+    size_t size = self->size;
+    int err, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    err = nat.region_protect(addr, size, flags, &failed);
+    Py_END_ALLOW_THREADS
+    if (!err)
+        self->protect |= flags;
+    region_unlock(self);
+    return Py_BuildValue("(ii)", err, failed);
 }
 
 size_t region_page_size(PyObject *buf)
