@@ -37,6 +37,7 @@ from ._errors import PageIndexError, UnsupportedMethod
 from ._policy import Plan, Thresholds
 from ._region import HugePagesUnavailable, Region
 from ._routines import ALL_METHODS, ROUTINES
+from ._scan import is_zero, nonzero_pages
 
 __version__ = "0.1.0"
 
@@ -58,7 +59,9 @@ __all__ = [
     "clear_many",
     "clear_pages",
     "cpu",
+    "is_zero",
     "methods",
+    "nonzero_pages",
     "plan",
     "reload_config",
     "set_adaptive",

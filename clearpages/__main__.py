@@ -127,6 +127,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     _output.table([(r["name"], "yes" if r["usable"] else "no", r["kind"],
              r["summary"] if r["usable"] else r["why_not"]) for r in data["methods"]],
            ("method", "usable", "stores", "what / why not"), out)
+    z = data["zero_scan"]
+    print("\nzero scan   %s (is_zero, nonzero_pages); usable here: %s" % (
+        z["variant"], ", ".join(z["usable"])), file=out)
     th = st.thresholds
     print("\nthresholds (source: %s)" % th.source, file=out)
     rows = [(k, _output.show_value(k, getattr(th, k), cpu.cores), _report.threshold_why(th, k))

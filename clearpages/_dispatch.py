@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from . import _adapt, _calibration, _config, _cpu, _fast, _native, _policy
+from . import _adapt, _calibration, _config, _cpu, _fast, _native, _policy, _scan
 from ._errors import UnsupportedMethod
 from ._native import ffi, lib
 from ._routines import BY_NAME, ROUTINES
@@ -61,6 +61,8 @@ class State:
         if self.forced is not None:
             self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
         self.routing = _policy.routing(th, self.forced)
+        #: The zero scan is_zero and nonzero_pages use (csrc/core/scan.c).
+        self.scan = _scan.choose(self.cpu)
         self.set_adaptive(config.adapt)
 
     def set_adaptive(self, on: bool) -> None:
@@ -96,6 +98,7 @@ class State:
             gil_min=_policy.GIL_RELEASE_MIN, slice_ns=SLICE_NS,
             adapt_lo=self.adapt_lo, adapt_hi=self.adapt_hi, long=rt.long or None,
             long_min=min(rt.long_min, _policy.NEVER))
+        _fast.set_scan(_scan.variant_index(self.scan))
 
     def most_threads(self) -> int:
         """The most threads threads="auto" may choose."""

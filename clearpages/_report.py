@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _adapt, _calibrate, _calibration, _core, _cpu, _dispatch, _measure, _profile, _system
+from . import _adapt, _calibrate, _calibration, _core, _cpu, _dispatch, _measure, _profile, _scan, _system
 from ._routines import ROUTINES
 from ._units import format_size
 
@@ -17,13 +17,13 @@ FEATURE_USE = {
     "fzrm": "fast zero-length rep movsb",
     "fsrs": "fast short rep stosb",
     "fsrc": "fast short rep cmpsb/scasb",
-    "avx2": "avx2_nt (32-byte streaming stores)",
+    "avx2": "avx2_nt (32-byte streaming stores); the avx2 zero scan",
     "avx512f": "avx512_nt (64-byte streaming stores)",
     "clflushopt": "optimized cache-line flush",
     "movdir64b": "64-byte direct stores",
     "clzero": "clzero (AMD: zero a cache line without reading it)",
     "osxsave": "the OS manages vector state (XGETBV is legal)",
-    "sse2": "movnti (8-byte streaming stores)",
+    "sse2": "movnti (8-byte streaming stores); the sse2 zero scan",
     "hypervisor": "running under a hypervisor (guest cache sizes may be the host's)",
 }
 
@@ -102,6 +102,8 @@ def info_data() -> dict[str, Any]:
         },
         "environment": dict(st.config.raw),
         "forced_method": st.forced,
+        "zero_scan": {"variant": st.scan, "usable": list(_scan.usable(cpu)),
+                      "variants": {v: sorted(_scan.requires(v)) for v in _scan.VARIANTS}},
         "adaptive": _adapt.info(th, st.adapt_on, st.forced),
         "build": {"portable": st.built <= {"libc"}, "routines": sorted(st.built),
                   "extension": getattr(_native, "__file__", None)},

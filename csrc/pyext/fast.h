@@ -4,7 +4,8 @@
  * forms taken), route.c (the routing "auto" follows), run.c (calling a
  * routine, running a job), entries.c (clear, clear_many, clear_pages),
  * config.c (binding to clearpages._native, configure and the queries of
- * the configured routing), region_type.c (RegionMemory).
+ * the configured routing), region_type.c (RegionMemory), scan.c (is_zero,
+ * nonzero_pages).
  *
  * Everything declared here is hidden: the module exports PyInit__fast
  * alone.
@@ -158,6 +159,10 @@ PyObject *fast_route(PyObject *, PyObject *);
 PyObject *fast_decide(PyObject *, PyObject *);
 PyObject *fast_hot_route(PyObject *, PyObject *);
 PyObject *fast_settings(PyObject *, PyObject *);
+
+PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_nonzero_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_set_scan(PyObject *, PyObject *);
 
 /* ---- region_type.c --------------------------------------------------------------- */
 

@@ -75,6 +75,18 @@ static PyMethodDef module_methods[] = {
     {"hot_route", fast_hot_route, METH_VARARGS,
      "hot_route(hot_nbytes, method) -> (cold routine, hot routine)."},
     {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
+    {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
+     "is_zero(buf, *, threads=1) -> bool\n--\n\n"
+     "True when every byte of a readable buffer is zero.  Reads nothing\n"
+     "more than it must: the first, last and middle bytes first, then the\n"
+     "rest until a nonzero byte is seen; writes nothing."},
+    {"nonzero_pages", (PyCFunction)(void (*)(void))fast_nonzero_pages, FASTCALL_KW,
+     "nonzero_pages(buf, page_size=None, *, threads=1) -> array.array('q')\n--\n\n"
+     "The indices of the pages of a contiguous buffer that hold a nonzero\n"
+     "byte (page i is buf[i*page_size:(i+1)*page_size], the last may be\n"
+     "partial), ascending; clear_pages and numpy take them as they are.\n"
+     "page_size counts pages as clear_pages does: 4096, or a Region's own."},
+    {"set_scan", fast_set_scan, METH_O, "set_scan(variant): the zero scan the entries use."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,337 @@
+/*
+ * is_zero and nonzero_pages: the native entries of the zero scan.
+ *
+ * The buffer is acquired for reading (strided views with their strides),
+ * the scanner of core/scan.c that Python chose (set_scan) runs over it,
+ * without the GIL for large buffers and in slices so that Ctrl-C is seen
+ * between them, and nothing is written.  A strided view is read run by run:
+ * its dimensions ordered by stride, the innermost contiguous items merged
+ * into one run.
+ */
+#include <dlfcn.h>
+
+#include "fast.h"
+
+/* Scans of at least this many bytes release the GIL.  Below it the scan
+ * itself is short (1 MiB in cache: ~10 us) and the release and reacquire
+ * would be a measurable part of it. */
+#define SCAN_GIL_MIN (1u << 20)
+/* Between two slices of a long scan the caller looks for signals (Ctrl-C):
+ * 256 MiB per thread is 10-20 ms from memory. */
+#define SCAN_SLICE (256u << 20)
+
+static struct scan {
+    int variant;                    /* -1: not configured */
+    int (*is_zero)(int, const void *, size_t, int);
+    size_t (*nonzero_pages)(int, const void *, size_t, size_t, int64_t *, int);
+} scan = {-1, NULL, NULL};
+
+static PyObject *array_type;        /* array.array, imported on first use */
+
+/* threads= of a scan: 1..CP_MAX_THREADS, or "auto" (from the size, as a
+ * clear of that size would); -1 with ValueError otherwise. */
+static int scan_threads(PyObject *t, size_t n)
+{
+    int v = threads_value(t);
+    if (v == DECLINE && t && PyLong_Check(t) && !PyBool_Check(t)) {
+        int overflow;
+        long x = PyLong_AsLongAndOverflow(t, &overflow);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        v = !overflow && x >= 1 && x <= CP_MAX_THREADS ? (int)x : DECLINE;
+    }
+    if (v == DECLINE) {
+        PyErr_Format(PyExc_ValueError,
+                     "threads must be 'auto' or an int from 1 to %d, not %R",
+                     CP_MAX_THREADS, t);
+        return -1;
+    }
+    return v == 0 ? auto_threads(n) : v;
+}
+
+static int scan_ready(void)
+{
+    if (ensure_ready() < 0)
+        return -1;
+    if (scan.variant < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "clearpages._fast: no zero scan configured");
+        return -1;
+    }
+    return 0;
+}
+
+/* Acquire buf for reading, with strides where it has them.  -1 with
+ * TypeError for an object that is no buffer (or not a readable one). */
+static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
+{
+    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) == 0)
+        return 0;
+    if (!is_refusal())
+        return -1;
+    PyErr_Clear();
+    if (PyObject_GetBuffer(buf, view, PyBUF_RECORDS_RO) == 0)
+        return 0;
+    if (!is_refusal())
+        return -1;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "clearpages.%s reads buffers (bytes, bytearray, memoryview, numpy "
+                 "array, mmap, array.array, ctypes array, Region), not %s",
+                 fn, Py_TYPE(buf)->tp_name);
+    return -1;
+}
+
+/* One contiguous extent, in slices, the GIL released for large ones. */
+static int scan_extent(const char *p, size_t n, int threads)
+{
+    if (n < SCAN_GIL_MIN && threads == 1)
+        return scan.is_zero(scan.variant, p, n, 1);
+    size_t slice = SCAN_SLICE * (size_t)threads;
+    for (size_t off = 0; off < n; off += slice) {
+        size_t take = n - off < slice ? n - off : slice;
+        int zero;
+        Py_BEGIN_ALLOW_THREADS
+        zero = scan.is_zero(scan.variant, p + off, take, threads);
+        Py_END_ALLOW_THREADS
+        if (!zero)
+            return 0;
+        if (off + take < n && PyErr_CheckSignals() < 0)
+            return -1;
+    }
+    return 1;
+}
+
+/* A strided view: its dimensions with negative strides flipped (the bytes
+ * are the same set), ordered by stride, the innermost run of contiguous
+ * items merged into one extent; each run scanned in turn. */
+static int scan_strided(const Py_buffer *v, int threads)
+{
+    int nd = v->ndim;
+    Py_ssize_t shape[64], stride[64];
+    const char *base = v->buf;
+    int m = 0;
+    if (nd > 64) {
+        PyErr_SetString(PyExc_ValueError, "is_zero: more than 64 dimensions");
+        return -1;
+    }
+    for (int i = 0; i < nd; i++) {
+        if (v->shape[i] == 0)
+            return 1;
+        if (v->shape[i] == 1)
+            continue;
+        Py_ssize_t s = v->strides[i];
+        if (s < 0) {
+            base += (v->shape[i] - 1) * s;
+            s = -s;
+        }
+        int j = m++;
+        for (; j > 0 && stride[j - 1] < s; j--) {
+            shape[j] = shape[j - 1];
+            stride[j] = stride[j - 1];
+        }
+        shape[j] = v->shape[i];
+        stride[j] = s;
+    }
+    size_t run = (size_t)v->itemsize;
+    while (m > 0 && (size_t)stride[m - 1] == run) {
+        run *= (size_t)shape[m - 1];
+        m--;
+    }
+    if (m == 0)
+        return scan_extent(base, run, threads);
+    Py_ssize_t idx[64] = {0};
+    size_t since = 0;
+    for (;;) {
+        const char *p = base;
+        for (int i = 0; i < m; i++)
+            p += idx[i] * stride[i];
+        int zero = run >= SCAN_GIL_MIN ? scan_extent(p, run, threads)
+                                       : scan.is_zero(scan.variant, p, run, 1);
+        if (zero <= 0)
+            return zero;
+        if ((since += run) >= SCAN_SLICE) {
+            since = 0;
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
+        int i = m - 1;
+        while (i >= 0 && ++idx[i] == shape[i])
+            idx[i--] = 0;
+        if (i < 0)
+            return 1;
+    }
+}
+
+static const char *const is_zero_pos[] = {"buf"};
+
+PyObject *fast_is_zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    (void)self;
+    PyObject *buf = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[1], &threads}};
+    if (parse_args("is_zero", args, nargs, kwnames, 1, &buf, is_zero_pos, kws, 1) < 0)
+        return NULL;
+    if (scan_ready() < 0)
+        return NULL;
+    Py_buffer view;
+    if (scan_acquire(buf, &view, "is_zero") < 0)
+        return NULL;
+    int t = threads ? scan_threads(threads, (size_t)view.len) : 1, zero = -1;
+    if (t > 0)
+        zero = view.strides && !PyBuffer_IsContiguous(&view, 'A')
+             ? scan_strided(&view, t) : scan_extent(view.buf, (size_t)view.len, t);
+    PyBuffer_Release(&view);
+    if (zero < 0)
+        return NULL;
+    return PyBool_FromLong(zero);
+}
+
+/* page_size as clear_pages reads it: None for the Region's page size (4096
+ * for other buffers), an int, or any size clearpages._units.parse_size
+ * reads ("4k", "2m"); 0 with the error set. */
+static size_t scan_page_size(PyObject *page_size, PyObject *buf)
+{
+    if (!page_size || page_size == Py_None) {
+        size_t ps = region_page_size(buf);
+        return ps ? ps : 4096;
+    }
+    PyObject *n = NULL;
+    if (PyLong_CheckExact(page_size)) {
+        n = Py_NewRef(page_size);
+    } else {
+        PyObject *units = PyImport_ImportModule("clearpages._units");
+        if (!units)
+            return 0;
+        n = PyObject_CallMethod(units, "parse_size", "Osi", page_size, "page_size", 1);
+        Py_DECREF(units);
+        if (!n)
+            return 0;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(n, &overflow);
+    Py_DECREF(n);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    if (overflow || v < 1) {
+        PyErr_Format(PyExc_ValueError, "page_size must be a positive number of bytes, not %R",
+                     page_size);
+        return 0;
+    }
+    return (size_t)v;
+}
+
+static const char *const pages_scan_pos[] = {"buf", "page_size"};
+
+PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    (void)self;
+    PyObject *pos[2] = {NULL, NULL}, *threads = NULL, *ps_kw = NULL;
+    struct kw kws[] = {{kw_names[1], &threads}, {kw_names[3], &ps_kw}};
+    if (parse_args("nonzero_pages", args, nargs, kwnames, nargs >= 2 ? 2 : 1, pos,
+                   pages_scan_pos, kws, 2) < 0)
+        return NULL;
+    if (ps_kw) {
+        if (pos[1]) {
+            PyErr_SetString(PyExc_TypeError,
+                            "nonzero_pages() got multiple values for argument 'page_size'");
+            return NULL;
+        }
+        pos[1] = ps_kw;
+    }
+    if (scan_ready() < 0)
+        return NULL;
+    Py_buffer view;
+    if (scan_acquire(pos[0], &view, "nonzero_pages") < 0)
+        return NULL;
+    PyObject *res = NULL;
+    int64_t *out = NULL;
+    size_t psize = scan_page_size(pos[1], pos[0]);
+    if (!psize)
+        goto done;
+    if (psize % (size_t)view.itemsize) {
+        PyErr_Format(PyExc_ValueError,
+                     "page_size must be a positive multiple of the item size (%zd byte%s), "
+                     "not %R", view.itemsize, view.itemsize == 1 ? "" : "s", pos[1]);
+        goto done;
+    }
+    if (view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
+        PyErr_SetString(PyExc_ValueError, "nonzero_pages needs a contiguous buffer; "
+                        "this one is strided");
+        goto done;
+    }
+    size_t n = (size_t)view.len;
+    size_t npages = n / psize + (n % psize != 0);
+    int t = threads ? scan_threads(threads, n) : 1;
+    if (t < 0)
+        goto done;
+    out = PyMem_Malloc((npages ? npages : 1) * sizeof(*out));
+    if (!out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t found = 0;
+    /* Slices of whole pages, so Ctrl-C is seen between them. */
+    size_t slice_pages = SCAN_SLICE * (size_t)t / psize;
+    if (slice_pages == 0)
+        slice_pages = 1;
+    for (size_t first = 0; first < npages; first += slice_pages) {
+        size_t lo = first * psize, len = n - lo;
+        if (first + slice_pages < npages)
+            len = slice_pages * psize;
+        size_t k;
+        if (len >= SCAN_GIL_MIN || t > 1) {
+            Py_BEGIN_ALLOW_THREADS
+            k = scan.nonzero_pages(scan.variant, (const char *)view.buf + lo, len, psize,
+                                   out + found, t);
+            Py_END_ALLOW_THREADS
+        } else {
+            k = scan.nonzero_pages(scan.variant, (const char *)view.buf + lo, len, psize,
+                                   out + found, t);
+        }
+        for (size_t i = 0; i < k; i++)
+            out[found + i] += (int64_t)first;
+        found += k;
+        if (first + slice_pages < npages && PyErr_CheckSignals() < 0)
+            goto done;
+    }
+    if (!array_type) {
+        PyObject *mod = PyImport_ImportModule("array");
+        if (!mod)
+            goto done;
+        array_type = PyObject_GetAttrString(mod, "array");
+        Py_DECREF(mod);
+        if (!array_type)
+            goto done;
+    }
+    res = PyObject_CallFunction(array_type, "sy#", "q", (const char *)out,
+                                (Py_ssize_t)(found * sizeof(*out)));
+done:
+    PyMem_Free(out);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* set_scan(variant): the scanner the entries call (cp_scan_*'s variant
+ * number, chosen by clearpages._scan from the masked CPU features). */
+PyObject *fast_set_scan(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int v = (int)PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (!nat.handle) {
+        PyErr_SetString(PyExc_RuntimeError, "set_scan: configure() first");
+        return NULL;
+    }
+    void *a = dlsym(nat.handle, "cp_scan_is_zero"), *b = dlsym(nat.handle, "cp_scan_nonzero_pages");
+    if (!a || !b) {
+        PyErr_SetString(PyExc_ImportError, "clearpages._native lacks the zero scan");
+        return NULL;
+    }
+    *(void **)&scan.is_zero = a;
+    *(void **)&scan.nonzero_pages = b;
+    scan.variant = v;
+    Py_RETURN_NONE;
+}

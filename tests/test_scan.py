@@ -1,0 +1,374 @@
+"""Zero detection: is_zero and nonzero_pages.
+
+Every scan variant (words, sse2, avx2) through one fixture, skipped where the
+CPU lacks it: every length 0..600 at every offset 0..63 and sampled lengths
+up to 4 MiB, with nonzero guard bytes around the scanned range (a read
+outside it would see them), a nonzero byte first, last and at every place of
+the short lengths, and buffers that end or start at an unmapped page.
+Then the public calls: every buffer kind, read-only and strided ones, and
+what they refuse.  Nothing is ever written.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import mmap
+import random
+
+import pytest
+from conftest import run_python
+
+import clearpages as cp
+from clearpages import _dispatch, _scan
+from clearpages._native import ffi, lib
+
+np = pytest.importorskip("numpy")
+
+MiB = 1 << 20
+GUARD = 0xA5
+
+
+@pytest.fixture(params=_scan.VARIANTS)
+def variant(request):
+    """Every scan variant; skipped, with the reason, where this CPU or build
+    lacks it."""
+    name = request.param
+    idx = _scan.VARIANTS.index(name)
+    if not lib.cp_scan_built(idx):
+        pytest.skip("%s is not in this build (a portable build scans with words)" % name)
+    missing = _scan.requires(name) - cp.cpu().features
+    if missing:
+        pytest.skip("%s needs %s, which this CPU lacks (or CLEARPAGES_DISABLE masks)"
+                    % (name, ", ".join(sorted(missing))))
+    return idx
+
+
+def _guarded(n_total):
+    """A buffer of GUARD bytes and a cffi pointer to its first 64-byte boundary."""
+    whole = np.full(n_total + 128, GUARD, dtype=np.uint8)
+    base = whole.__array_interface__["data"][0]
+    pad = -base % 64
+    return whole, pad, ffi.cast("char *", base + pad)
+
+
+def _short_lengths():
+    return range(0, 601)
+
+
+def _long_lengths():
+    """Lengths from 601 to 4 MiB: around each multiple of 32 and 256 up to
+    4 KiB, then powers of two and their neighbours, and a few odd ones."""
+    out = set()
+    for m in range(608, 4097, 32):
+        out.update((m - 1, m, m + 1))
+    for k in range(12, 23):
+        for d in (-257, -33, -1, 0, 1, 31, 255):
+            out.add((1 << k) + d)
+    out.update((4 * MiB, 3 * MiB + 12345, 999_999))
+    return sorted(n for n in out if 601 <= n <= 4 * MiB)
+
+
+def test_every_short_length_at_every_offset(variant):
+    """0..600 bytes at offsets 0..63 inside nonzero guard bytes: zero inside
+    reads as zero; a nonzero first, last or middle byte is seen."""
+    whole, pad, p = _guarded(601 + 64 + 64)
+    scan = lib.cp_scan_is_zero
+    for off in range(64):
+        whole[pad + off:pad + off + 601] = 0
+        for n in _short_lengths():
+            whole[pad + off + n] = GUARD            # the byte after the range
+            assert scan(variant, p + off, n, 1) == 1, (off, n)
+            for pos in {0, n - 1, n // 2, (n * 7) // 11} if n else ():
+                whole[pad + off + pos] = 1
+                assert scan(variant, p + off, n, 1) == 0, (off, n, pos)
+                whole[pad + off + pos] = 0
+            whole[pad + off + n] = 0
+        whole[:] = GUARD
+
+
+def test_a_nonzero_byte_anywhere_in_short_lengths(variant):
+    """Every position of every length up to 300 at three offsets (the head,
+    the aligned blocks, the overlapping tail group)."""
+    whole, pad, p = _guarded(300 + 64 + 64)
+    scan = lib.cp_scan_is_zero
+    for off in (0, 17, 63):
+        for n in range(1, 301):
+            base = pad + off
+            whole[base:base + n] = 0
+            for pos in range(n):
+                whole[base + pos] = 0x80
+                assert scan(variant, p + off, n, 1) == 0, (off, n, pos)
+                whole[base + pos] = 0
+            whole[:] = GUARD
+
+
+def test_sampled_long_lengths_at_every_offset(variant):
+    """Lengths from 601 bytes to 4 MiB at every offset 0..63: zero inside
+    the guards, then one nonzero byte first, last and at a random place."""
+    rng = random.Random(19)
+    lengths = _long_lengths()
+    whole, pad, p = _guarded(max(lengths) + 64)
+    scan = lib.cp_scan_is_zero
+    for n in lengths:
+        for off in range(64) if n <= 8192 else rng.sample(range(64), 6):
+            base = pad + off
+            whole[base:base + n] = 0
+            assert scan(variant, p + off, n, 1) == 1, (off, n)
+            for pos in (0, n - 1, rng.randrange(n)):
+                whole[base + pos] = 1
+                assert scan(variant, p + off, n, 1) == 0, (off, n, pos)
+                whole[base + pos] = 0
+            whole[base:base + n] = GUARD
+
+
+def test_every_byte_value_is_seen(variant):
+    """A single set bit of any value, in the middle of the aligned blocks."""
+    buf = bytearray(4096)
+    c = ffi.from_buffer(buf)
+    for bit in range(8):
+        for pos in (1000, 1001, 2047, 4000):
+            buf[pos] = 1 << bit
+            assert lib.cp_scan_is_zero(variant, c, 4096, 1) == 0
+            buf[pos] = 0
+
+
+GUARD_PAGES = r"""
+import ctypes, mmap, sys
+from clearpages._native import ffi, lib
+page = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+m = mmap.mmap(-1, 4 * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+# pages 0 and 3 unmapped for reading: any read outside [1 page, 3 pages) faults
+for p in (0, 3):
+    assert libc.mprotect(base + p * page, page, 0) == 0, ctypes.get_errno()
+start, end = base + page, base + 3 * page
+v = VARIANT
+lengths = list(range(0, 600)) + [page - 1, page, page + 1, 2 * page - 1, 2 * page]
+for n in lengths:
+    for off in range(64):
+        if n + off > 2 * page:
+            continue
+        # ending exactly at the unmapped page, and starting right after one
+        assert lib.cp_scan_is_zero(v, ffi.cast("char *", end - off - n), n, 1) == 1
+        assert lib.cp_scan_is_zero(v, ffi.cast("char *", start + off), n, 1) == 1
+out = ffi.new("int64_t[]", 8)
+for ps in (1, 7, 64, page):
+    assert lib.cp_scan_nonzero_pages(v, ffi.cast("char *", start), 2 * page, ps, out, 1) == 0
+print("ok")
+"""
+
+
+def test_never_reads_outside_the_buffer(variant):
+    """A buffer that ends where an unreadable page begins (or starts right
+    after one): a read past either end would fault, so this runs in a child."""
+    r = run_python(GUARD_PAGES.replace("VARIANT", str(variant)))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_threads_find_a_nonzero_byte_anywhere(variant, threads):
+    n = 24 * MiB + 4097
+    a = np.zeros(n, dtype=np.uint8)
+    c = ffi.cast("char *", a.ctypes.data)
+    assert lib.cp_scan_is_zero(variant, c, n, threads) == 1
+    for pos in (1, 4 * MiB - 1, 4 * MiB, 12 * MiB + 5, n - 2):
+        a[pos] = 1
+        assert lib.cp_scan_is_zero(variant, c, n, threads) == 0, pos
+        a[pos] = 0
+
+
+def test_nonzero_pages_matches_numpy(variant):
+    rng = np.random.default_rng(19)
+    for n, ps in ((0, 4096), (1, 4096), (4096 * 50 + 123, 4096), (10_000, 64),
+                  (10_000, 7), (3 * 4096, 8192), (9 * MiB + 5, 4096)):
+        a = np.zeros(n, dtype=np.uint8)
+        if n:
+            a[rng.integers(0, n, size=max(1, n // 5000))] = 1
+            a[-1] = 2
+        npages = -(-n // ps)
+        padded = np.zeros(npages * ps, dtype=np.uint8)
+        padded[:n] = a
+        want = np.flatnonzero(padded.reshape(-1, ps).any(axis=1)) if n else []
+        out = ffi.new("int64_t[]", max(npages, 1))
+        for threads in (1, 3):
+            k = lib.cp_scan_nonzero_pages(variant, ffi.cast("char *", a.ctypes.data), n, ps,
+                                          out, threads)
+            assert list(out[0:k]) == list(want), (n, ps, threads)
+
+
+# ---- the public calls --------------------------------------------------------
+
+
+def test_the_best_variant_the_cpu_has_is_chosen_and_masking_steers_it(config):
+    vectors = bool(lib.cp_scan_built(_scan.VARIANTS.index("avx2")))
+    for disable in ("", "avx2", "avx2,sse2"):
+        config({"CLEARPAGES_DISABLE": disable} if disable else {})
+        feats = cp.cpu().features
+        best = ("words" if not vectors else "avx2" if "avx2" in feats
+                else "sse2" if "sse2" in feats else "words")
+        assert _dispatch.state().scan == best, disable
+        assert _scan.usable(cp.cpu())[-1] == best
+    assert _dispatch.state().scan == "words"
+    buf = bytearray(100_000)
+    assert cp.is_zero(buf)
+    buf[50_000] = 1
+    assert not cp.is_zero(buf)
+    assert list(cp.nonzero_pages(buf)) == [12]
+
+
+def _kinds():
+    """(name, make(data: bytes) -> buffer) for every kind of buffer."""
+    def region(data):
+        r = cp.Region(max(len(data), 4096))
+        memoryview(r)[:len(data)] = data
+        return memoryview(r)[:len(data)]
+
+    def ro_mmap(data):
+        m = mmap.mmap(-1, max(len(data), 1))
+        m[:len(data)] = data
+        return memoryview(m)[:len(data)].toreadonly()
+
+    def ro_numpy(data):
+        a = np.frombuffer(bytearray(data), dtype=np.uint8).copy()
+        a.flags.writeable = False
+        return a
+
+    return [
+        ("bytes", bytes),
+        ("bytearray", bytearray),
+        ("memoryview", lambda d: memoryview(bytearray(d))),
+        ("readonly memoryview", lambda d: memoryview(bytes(d)).toreadonly()),
+        ("mmap", lambda d: _mmap_of(d)),
+        ("readonly mmap", ro_mmap),
+        ("array.array", lambda d: array.array("B", d)),
+        ("ctypes", lambda d: (ctypes.c_ubyte * len(d)).from_buffer_copy(d)),
+        ("numpy", lambda d: np.frombuffer(bytearray(d), dtype=np.uint8)),
+        ("readonly numpy", ro_numpy),
+        ("numpy float64", lambda d: np.frombuffer(bytearray(d), dtype=np.float64)),
+        ("region view", region),
+    ]
+
+
+def _mmap_of(data):
+    m = mmap.mmap(-1, max(len(data), 1))
+    m[:len(data)] = data
+    return m if len(data) == len(m) else memoryview(m)[:len(data)]
+
+
+@pytest.mark.parametrize("kind,make", _kinds(), ids=[k for k, _ in _kinds()])
+def test_every_buffer_kind(kind, make):
+    for n in (8, 4096, 3 * 4096 + 8, 2 * MiB):
+        zero = make(bytes(n))
+        assert cp.is_zero(zero) is True, (kind, n)
+        assert len(cp.nonzero_pages(zero)) == 0
+        data = bytearray(n)
+        data[n - 8] = 1
+        buf = make(bytes(data))
+        assert cp.is_zero(buf) is False, (kind, n)
+        assert list(cp.nonzero_pages(buf)) == [(n - 8) // 4096]
+        assert bytes(memoryview(buf).cast("B")) == bytes(data)        # unchanged
+
+
+def test_a_region_itself_and_threads():
+    with cp.Region(8 * MiB) as r:
+        assert cp.is_zero(r) and cp.is_zero(r, threads=2) and cp.is_zero(r, threads="auto")
+        memoryview(r)[5 * MiB] = 3
+        assert not cp.is_zero(r, threads=4)
+        assert list(cp.nonzero_pages(r, threads=2)) == [5 * MiB // 4096]
+
+
+def test_strided_views_are_read_correctly():
+    rng = np.random.default_rng(5)
+    a = np.zeros((64, 48, 5), dtype=np.int16)
+    views = [a[::2], a[:, ::3], a[..., ::-1], a.T, a[::-3, 5:, 1:4], a.transpose(1, 0, 2)[::2],
+             a[:, :, 2], a[10:10]]
+    for v in views:
+        assert cp.is_zero(v)
+    for _ in range(200):
+        a[:] = 0
+        idx = tuple(int(rng.integers(0, s)) for s in a.shape)
+        a[idx] = 1
+        for v in views:
+            assert cp.is_zero(v) == (not v.any()), (idx, v.strides)
+    mv = memoryview(bytes(range(256)) * 4)[1::2]        # a strided memoryview
+    assert not cp.is_zero(mv)
+    assert cp.is_zero(memoryview(bytes(1000))[::7])
+
+
+def test_is_zero_is_a_bytes_test():
+    """Every byte, not every value: -0.0 is a nonzero byte."""
+    assert not cp.is_zero(np.array([0.0, -0.0]))
+    assert cp.is_zero(np.zeros(3))
+
+
+def test_nonzero_pages_feeds_clear_pages_and_numpy():
+    a = np.zeros(300 * 4096 + 100, dtype=np.uint8)
+    a[[5, 4096 * 7, 4096 * 7 + 9, 4096 * 299, a.size - 1]] = 1
+    pages = cp.nonzero_pages(a)
+    assert isinstance(pages, array.array) and pages.typecode == "q"
+    assert list(pages) == [0, 7, 299, 300]
+    view = np.frombuffer(pages, dtype=np.int64)
+    assert np.shares_memory(view, np.asarray(pages))
+    assert view.tolist() == [0, 7, 299, 300]
+    cp.clear_pages(a, pages)
+    assert cp.is_zero(a) and not a.any()
+    b = np.zeros(1000, dtype=np.int32)
+    b[999] = 7
+    assert list(cp.nonzero_pages(b, 400)) == [9]
+    assert list(cp.nonzero_pages(b, page_size=4000)) == [0]
+    assert list(cp.nonzero_pages(b, "2k")) == list(cp.nonzero_pages(b, page_size=2048)) == [1]
+    assert list(cp.nonzero_pages(b, None)) == [0]
+    with pytest.raises(TypeError, match="multiple values"):
+        cp.nonzero_pages(b, 4096, page_size=4096)
+
+
+def test_nonzero_pages_of_a_region_count_its_pages_as_clear_pages_does():
+    with cp.Region(4 << 20, page_size="2m") as r:
+        memoryview(r)[(2 << 20) + 5] = 1
+        pages = cp.nonzero_pages(r)                 # the Region's page size, as clear_pages
+        assert list(pages) == [1]
+        assert list(cp.nonzero_pages(r, 4096)) == [512]
+        cp.clear_pages(r, pages)
+        assert cp.is_zero(r)
+
+
+@pytest.mark.parametrize("bad", [0, -4096, 3, 4097, 4096.0, "4x", True, 2 ** 70])
+def test_a_bad_page_size_is_a_value_error_naming_it(bad):
+    with pytest.raises(ValueError, match="page_size"):
+        cp.nonzero_pages(np.zeros(1000, dtype=np.int16), bad)
+
+
+def test_refusals():
+    for obj in (3, "abc", None, [0, 0], object()):
+        with pytest.raises(TypeError, match="reads buffers"):
+            cp.is_zero(obj)
+        with pytest.raises(TypeError, match="reads buffers"):
+            cp.nonzero_pages(obj)
+    for bad in (0, -1, True, 1.5, "many", 10 ** 6):
+        with pytest.raises(ValueError, match="threads"):
+            cp.is_zero(bytes(10), threads=bad)
+        with pytest.raises(ValueError, match="threads"):
+            cp.nonzero_pages(bytes(10), threads=bad)
+    with pytest.raises(ValueError, match="contiguous"):
+        cp.nonzero_pages(np.zeros((10, 10))[:, ::2])
+    with pytest.raises(TypeError):
+        cp.is_zero(bytes(10), method="auto")
+
+
+def test_nothing_is_written():
+    """A private read-only mapping of a file: a write would fault; the file
+    is unchanged."""
+    import tempfile
+    with tempfile.TemporaryFile() as f:
+        f.write(bytes(3 * 4096) + b"\x01")
+        f.flush()
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            assert not cp.is_zero(m)
+            assert cp.is_zero(memoryview(m)[:3 * 4096])
+            assert list(cp.nonzero_pages(m)) == [3]
+            assert cp.is_zero(memoryview(m)[:3 * 4096], threads=2)
+        f.seek(0)
+        assert f.read() == bytes(3 * 4096) + b"\x01"
