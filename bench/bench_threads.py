@@ -57,7 +57,8 @@ def _summary(res):
             goal = "ok" if auto >= 1.1 * one else "MISS"
         rows.append([label] + ["%.1f" % g[str(t)] if str(t) in g else "-" for t in THREADS]
                     + [ratio(two, one), ratio(auto, one),
-                       "%s x%d" % (cp.plan(size).method, cp.plan(size).threads), goal])
+                       "%s x%d" % (cp.plan(size, threads="auto").method,
+                                   cp.plan(size, threads="auto").threads), goal])
     return ("threads: median GB/s, method auto (goal: auto >= 1.1x one thread at 1 GiB, "
             "%d cores here)" % (cp.cpu().cores or 0),
             _common.table(["size", "threads=1", "threads=2", "threads=auto", "2/1",

@@ -383,8 +383,8 @@ def parser() -> argparse.ArgumentParser:
                       help="bytes: 4096, 64K, 64M, 1G")
     plan.add_argument("--count", type=_positive_arg, default=1, metavar="N",
                       help="in N pieces (clear_many / clear_pages); default 1")
-    plan.add_argument("--threads", type=_threads_arg, default="auto",
-                      help="'auto' (default) or a number")
+    plan.add_argument("--threads", type=_threads_arg, default=1,
+                      help="a number (default 1, as clear()) or 'auto'")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
 
     b = sub.add_parser("bench", help="every method and the usual alternatives, side by side")

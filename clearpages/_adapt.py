@@ -78,15 +78,17 @@ def enable(on: bool) -> None:
         lib.cp_adapt_enable(int(bool(on)))
 
 
-def arms(th: Thresholds, nbytes: int) -> tuple[str, str]:
-    """(temporal, streaming) routine names for nbytes: the learner's two arms."""
-    from ._policy import temporal_for
+def arms(nbytes: int) -> tuple[str, str]:
+    """(temporal, streaming): the routines the learner chooses between for
+    nbytes, as the native policy says."""
+    from . import _fast
 
-    return temporal_for(th, nbytes), th.streaming
+    return _fast.decide(nbytes)[5]
 
 
-def learned(th: Thresholds, size_class: int) -> list[Learned]:
-    """What the learner holds for one size class, context by context."""
+def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learned]:
+    """What the learner holds for one size class, context by context (names:
+    its two routines, else asked of the native policy)."""
     if not AVAILABLE:
         return []
     out = []
@@ -94,7 +96,8 @@ def learned(th: Thresholds, size_class: int) -> list[Learned]:
     for ctx in range(len(CONTEXTS)):
         if not lib.cp_adapt_stat(size_class, ctx, st):
             continue
-        names = arms(th, 1 << size_class)
+        if names is None:
+            names = arms(1 << size_class)
         gbps = {names[a]: 1.0 / st.ns_per_byte[a]
                 for a in (0, 1) if st.samples[a] and st.ns_per_byte[a] > 0}
         out.append(Learned(size_class, ctx, names[st.arm], gbps,
@@ -109,11 +112,23 @@ def learned_all(th: Thresholds) -> list[Learned]:
         return []
     lo = th.adapt_min.bit_length() - 1
     hi = (th.adapt_max - 1).bit_length() - 1
-    return [x for c in range(lo, hi + 1) for x in learned(th, c)]
+    return [x for c in range(lo, hi + 1) for x in learned(c)]
 
 
-def describe(th: Thresholds, nbytes: int, enabled: bool, forced: Any) -> str:
-    """plan()'s ``learned``: what adaptation does at nbytes, and why."""
+def describe(th: Thresholds, d: Any, nbytes: int, enabled: bool, forced: Any) -> str:
+    """plan()'s ``learned`` for a single clear: what adaptation does at nbytes
+    (d: the native policy's decision, a _policy.Decision), and why."""
+    if d.adaptive:
+        t, s = d.arms
+        size_class = nbytes.bit_length() - 1
+        got = learned(size_class, d.arms)
+        head = ("in the adaptive band %s-%s: single clears are timed and run %s or %s, "
+                "whichever this program's own clears of %s-%s found faster"
+                % (format_size(th.adapt_min), format_size(th.adapt_max), t, s,
+                   format_size(1 << size_class), format_size(2 << size_class)))
+        if not got:
+            return head + "; nothing learned yet, so the choice above until then"
+        return head + "; " + "; ".join(x.sentence() for x in got)
     if forced is not None:
         return "not adaptive: CLEARPAGES_METHOD forces %s" % forced
     if th.adapt_min >= th.adapt_max:
@@ -122,17 +137,7 @@ def describe(th: Thresholds, nbytes: int, enabled: bool, forced: Any) -> str:
     if not enabled:
         return "adaptation is off (CLEARPAGES_ADAPT=0 or set_adaptive(False)): " \
                "the static choice above, always"
-    if not th.adapt_min <= nbytes < th.adapt_max:
-        return "outside the adaptive band %s: the static choice above, untimed" % band
-    t, s = arms(th, nbytes)
-    size_class = nbytes.bit_length() - 1
-    got = learned(th, size_class)
-    head = ("in the adaptive band %s: single clears are timed and run %s or %s, "
-            "whichever this program's own clears of %s found faster"
-            % (band, t, s, format_size(1 << size_class) + "-" + format_size(2 << size_class)))
-    if not got:
-        return head + "; nothing learned yet, so the choice above until then"
-    return head + "; " + "; ".join(x.sentence() for x in got)
+    return "outside the adaptive band %s: the static choice above, untimed" % band
 
 
 def info(th: Thresholds, enabled: bool, forced: Any) -> dict[str, Any]:

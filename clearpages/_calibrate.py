@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core, _dispatch, _measure, _system
-from ._policy import NEVER, Thresholds, choose_threads, decide
+from ._policy import NEVER, Thresholds, decide
 from ._routines import BY_NAME
 from ._units import KiB, MiB, format_size
 
@@ -89,11 +89,12 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     streamings = [m for m in usable if not BY_NAME[m].temporal] or [default.streaming]
     vmaxes = sorted({default.vector_max} | {s for s in sizes if s <= 1 * MiB})
     ntmins = sorted({default.nt_min} | {s for s in sizes if s >= 4 * KiB})
-    # decide() is asked once per (vector_max, nt_min) with placeholder
-    # routine names; which routine fills each role is then a lookup.  The
-    # long rule is chosen afterwards, on top of the best of these, so the
-    # first stage compares against the default without its long rule.
-    tags = ("\0temporal", "\0streaming")
+    # decide() is asked once per (vector_max, nt_min) with two routines of
+    # the table standing for the roles (neither is memset, the third role);
+    # which routine fills each role is then a lookup.  The long rule is
+    # chosen afterwards, on top of the best of these, so the first stage
+    # compares against the default without its long rule.
+    tags = ("rep_stosq", "movnti")
     no_long = dataclasses.replace(default, long_min=NEVER, long="")
     base = {s: decide(cpu, no_long, s).method for s in sizes}
     scored = _Scored(data)
@@ -152,7 +153,7 @@ def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any
     table = {s: {_measure.WARM: data[s]} for s in sizes}
 
     def chooser(t: Thresholds) -> dict[int, str]:
-        return {s: measured(choose_threads(cpu, t, s)) for s in sizes}
+        return {s: measured(decide(cpu, t, s, threads="auto").threads) for s in sizes}
 
     base = chooser(th)
     scored = _Scored(table)
@@ -301,8 +302,8 @@ class Result:
                 row["calibrated_%s_gbps" % sc] = ms[c].median
             rows.append(row)
         for size in sorted(self.threads):
-            dn = choose_threads(cpu, self.default, size)
-            cn = choose_threads(cpu, self.thresholds, size)
+            dn = decide(cpu, self.default, size, threads="auto").threads
+            cn = decide(cpu, self.thresholds, size, threads="auto").threads
             trow = self.threads[size]
             counts = sorted(int(k) for k in trow)
 

@@ -1,8 +1,8 @@
 """clear, clear_many and clear_pages: buffers in, one native call out.
 
 Each public call is one function of the native extension ``clearpages._fast``:
-it parses the arguments, acquires the buffers, chooses the routine (from
-the routing the dispatch state configured) and clears, small buffers in one
+it parses the arguments, acquires the buffers, asks the native policy
+(csrc/core/policy.c, configured by the dispatch state) and clears, small buffers in one
 direct call, larger or threaded work as a job run in time slices without the
 GIL (Ctrl-C stops it between slices).  What it declines comes here: the
 functions below explain refusals with the package's messages, clear strided
@@ -349,11 +349,13 @@ def thresholds() -> _policy.Thresholds:
     return _dispatch.state().thresholds
 
 
-def plan(nbytes: int | str, *, count: int = 1, threads: Threads = "auto",
+def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
          hot: tuple[int, int] | None = None) -> _policy.Plan:
-    """What method="auto" would do for nbytes (an int or a size such as "1G")
-    in count pieces (with hot=: the
-    routine of the rest, and of the hot range in ``.hot_method``)."""
+    """What method="auto" does for nbytes (an int or a size such as "1G") in
+    count pieces, with the same defaults as clear() (with hot=: the routine
+    of the rest, and of the hot range in ``.hot_method``).  The native
+    policy that every call follows answers; this adds the reasons, and what
+    adaptive auto has learned."""
     nbytes = _units.parse_size(nbytes, "nbytes")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError("count must be an int >= 1, not %r" % (count,))
@@ -363,14 +365,16 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = "auto",
             raise ValueError("hot= applies to one buffer (count=1)")
         hot = _check_hot(hot, nbytes)
     st = _dispatch.state()
-    p = _policy.decide(st.cpu, st.thresholds, nbytes, count,
-                       threads=threads, forced=st.forced, hot=hot)
-    if hot is None and count == 1 and p.threads == 1:
-        learned = _adapt.describe(st.thresholds, nbytes, st.adapt_on, st.forced)
-    elif hot is not None:
+    d = _policy.Decision(*_fast.decide(nbytes, count, threads, "auto",
+                                       None if hot is None else hot[1] - hot[0]))
+    p = _policy.explain(st.thresholds, d, nbytes, count, threads=threads,
+                        forced=st.forced, hot=hot)
+    if hot is not None:
         learned = "not adaptive: hot= is never overridden"
-    else:
+    elif not d.adaptive and (count > 1 or d.threads > 1):
         learned = "not adaptive: only single clears on one thread are timed"
+    else:
+        learned = _adapt.describe(st.thresholds, d, nbytes, st.adapt_on, st.forced)
     return dataclasses.replace(p, learned=learned)
 
 

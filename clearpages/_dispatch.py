@@ -3,8 +3,9 @@
 Everything read once (the CPU, the CLEARPAGES_* variables, the calibration,
 the thresholds, the routines this machine runs) lives in one :class:`State`.
 :func:`state` builds it the first time anything needs it and configures the
-native entry (``clearpages._fast``) from the one routing function
-(``_policy.routing``); :func:`reload` replaces it whole, or not at all.
+native entry (``clearpages._fast``) with the numbers of the policy
+(``_policy.native_policy``), which the native rules read on every call;
+:func:`reload` replaces it whole, or not at all.
 Other modules read it through :func:`state` and its named fields; none
 keeps a copy.
 """
@@ -60,7 +61,6 @@ class State:
         self.forced = config.method
         if self.forced is not None:
             self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
-        self.routing = _policy.routing(th, self.forced)
         #: The zero scan is_zero and nonzero_pages use (csrc/core/scan.c).
         self.scan = _scan.choose(self.cpu)
         self.set_adaptive(config.adapt)
@@ -76,10 +76,10 @@ class State:
         self.adapt_lo, self.adapt_hi = (th.adapt_min, th.adapt_max) if active else (0, 0)
 
     def configure_native(self, forget: bool = True) -> None:
-        """Make this the routing the native entry and the learner follow
+        """Make this the policy the native entry and the learner follow
         (forget: the learner forgets what it learned; else it only pauses
         or resumes)."""
-        th, rt = self.thresholds, self.routing
+        th = self.thresholds
         if forget:
             _adapt.configure(th, self.forced is None, self.adapt_lo < self.adapt_hi)
         else:
@@ -89,20 +89,12 @@ class State:
         # throughput of scattered pages.
         routines = tuple((r.name, bool(r.unfenced), r.temporal, r.name in self.methods)
                          for r in ROUTINES)
-        _fast.configure(
-            native_path=_native.__file__, routines=routines, small=rt.small,
-            temporal=rt.temporal, streaming=rt.streaming, forced=rt.forced,
-            vector_max=min(rt.vector_max, _policy.NEVER),
-            nt_min=min(rt.nt_min, _policy.NEVER), chunk=th.chunk,
-            thread_min=th.thread_min, most_threads=self.most_threads(),
-            gil_min=_policy.GIL_RELEASE_MIN, slice_ns=SLICE_NS,
-            adapt_lo=self.adapt_lo, adapt_hi=self.adapt_hi, long=rt.long or None,
-            long_min=min(rt.long_min, _policy.NEVER))
+        policy = _policy.native_policy(self.cpu, th, self.forced,
+                                       (self.adapt_lo, self.adapt_hi))
+        _fast.configure(native_path=_native.__file__, routines=routines,
+                        policy=bytes(ffi.buffer(policy)), gil_min=_policy.GIL_RELEASE_MIN,
+                        slice_ns=SLICE_NS)
         _fast.set_scan(_scan.variant_index(self.scan))
-
-    def most_threads(self) -> int:
-        """The most threads threads="auto" may choose."""
-        return min(self.thresholds.max_threads or self.cpu.cores, self.cpu.cores)
 
     def missing(self, name: str) -> str | None:
         """Why this machine cannot run the routine, or None if it can."""

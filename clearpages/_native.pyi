@@ -59,6 +59,10 @@ class _Lib:
     CP_SCAN_AVX2: int
     CP_SCAN_COUNT: int
     CP_MAX_THREADS: int
+    CP_POLICY_AUTO: int
+    CP_POLICY_NONE: int
+    CP_POLICY_THREADS_AUTO: int
+    CP_POLICY_MIN_UNIT: int
     CP_REGION_NORMAL: int
     CP_REGION_THP: int
     CP_REGION_HUGETLB: int
@@ -118,6 +122,8 @@ class _Lib:
     def cp_adapt_now_ns(self, /) -> int: ...
     def cp_adapt_stat(self, size_class: int, context: int, out: _CData, /) -> int: ...
     def cp_adapt_api(self, /) -> _CData: ...
+    def cp_policy_decide(self, p: _CData, nbytes: int, count: int, method: int, threads: int,
+                         hot: int, hot_nbytes: int, out: _CData, /) -> None: ...
     def cp_region_map(self, size: int, align: int, kind: int, huge_shift: int, out: _CData,
                       /) -> int: ...
     def cp_region_unmap(self, addr: int, size: int, /) -> int: ...

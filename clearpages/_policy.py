@@ -1,18 +1,24 @@
-"""The policy: which routine, how many threads, what chunk, and why.
+"""The policy's numbers and words: the thresholds, and why a plan is what it is.
 
-Everything here is a pure function of a CPU description, the size of the work
-and the thresholds, so it is tested with synthetic CPUs.  The thresholds are
-named data with the reason beside them, computed from the caches (as glibc's
-dl-cacheinfo.h does) unless a calibration file measured better ones.
+The rules themselves (which routine for a size, how many threads, what unit
+of work, the hot range's routine, when the learner is asked) are written
+once, in C (``csrc/core/policy.c``): every call runs them, and
+:func:`decision` and ``plan()`` ask them.  This module computes the numbers
+they read, from a CPU description, as a pure function tested with synthetic
+CPUs (:func:`default_thresholds`, :func:`native_policy`), and puts the
+answers into words (:func:`explain`).  The thresholds are named data with the
+reason beside them, computed from the caches (as glibc's dl-cacheinfo.h
+does) unless a calibration file measured better ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+from typing import Any, NamedTuple, Union
 
 from ._cpu import CPU
-from ._routines import BY_NAME
+from ._native import ffi, lib
+from ._routines import BY_NAME, ROUTINES
 from ._units import KiB, MiB, format_size
 
 #: The unit of work while the speed of the memory is unknown: a job's first
@@ -228,116 +234,101 @@ def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
                                              format_size(last))),))
 
 
-def temporal_for(th: Thresholds, nbytes: int) -> str:
-    """The ordinary-store routine the static policy runs for nbytes below nt_min."""
-    return "libc" if nbytes < th.vector_max else th.temporal
-
-
 def with_nt_threshold(th: Thresholds, nt_min: int) -> Thresholds:
     why = tuple((k, v) for k, v in th.why if k != "nt_min")
     return dataclasses.replace(th, nt_min=nt_min, source=th.source,
                                why=why + (("nt_min", "CLEARPAGES_NT_THRESHOLD"),))
 
 
-def _round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
+#: Each routine's index in the routine table: how the native policy names it.
+INDEX = {r.name: i for i, r in enumerate(ROUTINES)}
 
 
-#: The most threads one native job takes (CP_MAX_THREADS in
-#: csrc/core/clearpages.h; test_policy holds the two equal).  A machine may
-#: have more CPUs than that.
-MAX_JOB_THREADS = 256
+def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
+                  adapt: tuple[int, int] = (0, 0)) -> Any:
+    """The ``struct cp_policy`` (csrc/core/policy.h) for these thresholds: the
+    numbers the native rules read.  adapt: the band of sizes where single
+    auto clears ask the learner ((0, 0): none)."""
+    p = ffi.new("struct cp_policy *")
+    p.small = INDEX["libc"]
+    p.temporal = INDEX[th.temporal]
+    p.streaming = INDEX[th.streaming]
+    p.long_routine = INDEX[th.long] if th.long else lib.CP_POLICY_NONE
+    p.forced = INDEX[forced] if forced is not None else lib.CP_POLICY_NONE
+    p.temporal_set = sum(1 << i for i, r in enumerate(ROUTINES) if r.temporal)
+    p.vector_max = min(th.vector_max, NEVER)
+    p.nt_min = min(th.nt_min, NEVER)
+    p.long_min = min(th.long_min, NEVER)
+    p.unit = min(th.chunk, NEVER)
+    p.thread_min = min(th.thread_min, NEVER)
+    p.max_threads = th.max_threads
+    p.cores = cpu.cores
+    p.adapt_lo, p.adapt_hi = adapt
+    return p
 
 
-def choose_threads(cpu: CPU, th: Thresholds, nbytes: int) -> int:
-    """threads="auto": one thread below thread_min, then one per half of it,
-    up to the CPUs and never more than a job takes."""
-    most = min(th.max_threads or cpu.cores, cpu.cores, MAX_JOB_THREADS)
-    if most <= 1 or nbytes < th.thread_min:
-        return 1
-    return max(1, min(most, nbytes // max(1, th.thread_min // 2)))
+class Decision(NamedTuple):
+    """What the native policy decided for one call."""
+
+    method: str
+    threads: int
+    unit: int
+    hot_method: str | None
+    adaptive: bool
+    """The learner chooses between ``arms`` and the clear is timed."""
+    arms: tuple[str, str]
+    """The learner's (temporal, streaming) routines for this size."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Routing:
-    """The one statement of what ``auto`` runs: streaming at or above nt_min
-    (all pieces together; ``long`` instead for pieces of long_min or more on
-    one thread), memset below vector_max (a piece), the temporal routine
-    between; a forced routine (CLEARPAGES_METHOD) everywhere.
-
-    The native entry (clearpages._fast) is configured from these fields and
-    mirrors :meth:`pick` and :meth:`hot` in C; plan() explains them."""
-
-    vector_max: int
-    nt_min: int
-    small: str
-    temporal: str
-    streaming: str
-    long: str = ""
-    long_min: int = NEVER
-    forced: str | None = None
-
-    def pick(self, nbytes: int, count: int = 1, threads: int = 1) -> str:
-        """The routine for nbytes in count pieces on threads threads."""
-        if self.forced is not None:
-            return self.forced
-        if nbytes >= self.nt_min:
-            if self.long and threads == 1 and count and nbytes // count >= self.long_min:
-                return self.long
-            return self.streaming
-        if (nbytes // count if count else 0) < self.vector_max:
-            return self.small
-        return self.temporal
-
-    def hot(self, method: str, hot_nbytes: int) -> tuple[str, str]:
-        """(cold routine, hot routine) for clear(..., hot=): the cold part
-        streams, the hot part gets ordinary stores so it stays in cache."""
-        if self.forced is not None:
-            return self.forced, self.forced
-        if method == "auto":
-            hot = self.pick(hot_nbytes)
-            if hot == self.streaming and not BY_NAME[hot].temporal:
-                hot = self.temporal
-            return self.streaming, hot
-        return method, method if BY_NAME[method].temporal else self.temporal
-
-
-def routing(th: Thresholds, forced: str | None = None) -> Routing:
-    """The routing the thresholds (and CLEARPAGES_METHOD) give."""
-    return Routing(vector_max=th.vector_max, nt_min=th.nt_min, small="libc",
-                   temporal=th.temporal, streaming=th.streaming, long=th.long,
-                   long_min=th.long_min, forced=forced)
-
-
-def pick(th: Thresholds, nbytes: int, count: int = 1, threads: int = 1) -> str:
-    """The routine decide() chooses, without building its reason (per call)."""
-    return routing(th).pick(nbytes, count, threads)
-
-
-def chunk_for(th: Thresholds, nbytes: int, n_threads: int) -> int:
-    """The first unit of work (see DEFAULT_CHUNK): th.chunk, smaller when
-    threads share the work so that each gets several units and a slow thread
-    does not hold the rest."""
-    if n_threads <= 1:
-        return th.chunk
-    return max(4 * KiB, min(th.chunk, _round_up(-(-nbytes // (4 * n_threads)), 4 * KiB)))
+def decision(policy: Any, nbytes: int, count: int = 1, threads: Threads = 1,
+             method: str = "auto", hot_nbytes: int | None = None) -> Decision:
+    """The native rules' answer for a policy built by :func:`native_policy`
+    (plan() asks clearpages._fast the same question about the policy it was
+    configured with)."""
+    out = ffi.new("struct cp_decision *")
+    lib.cp_policy_decide(policy, nbytes, count,
+                         lib.CP_POLICY_AUTO if method == "auto" else INDEX[method],
+                         lib.CP_POLICY_THREADS_AUTO if threads == "auto" else int(threads),
+                         int(hot_nbytes is not None), hot_nbytes or 0, out)
+    return Decision(ROUTINES[out.routine].name, int(out.threads), int(out.unit),
+                    ROUTINES[out.hot_routine].name if out.hot_routine >= 0 else None,
+                    bool(out.adaptive),
+                    (ROUTINES[out.arms[0]].name, ROUTINES[out.arms[1]].name))
 
 
 def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
            threads: Threads = 1, forced: str | None = None,
            hot: tuple[int, int] | None = None) -> Plan:
-    """The plan for clearing nbytes in count pieces.  Pure.
+    """The plan for clearing nbytes in count pieces with these thresholds (a
+    synthetic CPU's, a calibration candidate's): the native rules, in words.
 
     hot: a (start, stop) range of the nbytes to leave cache-hot; the plan's
     method is then the routine of the rest, hot_method that of the range."""
+    d = decision(native_policy(cpu, th, forced), nbytes, count, threads,
+                 hot_nbytes=None if hot is None else hot[1] - hot[0])
+    return explain(th, d, nbytes, count, threads=threads, forced=forced, hot=hot)
+
+
+def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
+            threads: Threads = 1, forced: str | None = None,
+            hot: tuple[int, int] | None = None) -> Plan:
+    """The Plan of a decision: its figures, and the reason in words."""
     if hot is not None:
-        return _decide_hot(cpu, th, nbytes, hot, threads=threads, forced=forced)
+        hot_n = hot[1] - hot[0]
+        if forced is not None:
+            reason = "CLEARPAGES_METHOD forces %s for both parts" % forced
+        else:
+            reason = ("the %s outside the hot range with %s (streaming: it is not "
+                      "read again soon), then the %s hot range last with %s (ordinary "
+                      "stores leave it in cache)" % (format_size(nbytes - hot_n), d.method,
+                                                     format_size(hot_n), d.hot_method))
+        return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
+                    nbytes=nbytes, count=1, hot_method=d.hot_method)
     what = format_size(nbytes) if count == 1 else (
         "%s in %d pieces" % (format_size(nbytes), count))
-    n_threads = choose_threads(cpu, th, nbytes) if threads == "auto" else int(threads)
-    method = routing(th, forced).pick(nbytes, count, n_threads)
+    method = d.method
     if forced is not None:
-        method, reason = forced, "CLEARPAGES_METHOD forces %s" % forced
+        reason = "CLEARPAGES_METHOD forces %s" % forced
     elif th.streaming == th.temporal == "libc":
         # A portable build: memset on both sides of every threshold.
         reason = "%s: %s" % (what, th.reason("temporal"))
@@ -360,28 +351,8 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
                   % (what, format_size(th.nt_min), th.reason("nt_min"), th.reason("temporal")))
     if count > 1:
         reason += "; chosen from the total, as one piece of work"
-    chunk = chunk_for(th, nbytes, n_threads)
-    if n_threads > 1:
-        if threads == "auto":
-            reason += "; %d threads from %s (thread threshold %s)" % (
-                n_threads, format_size(th.thread_min), th.reason("thread_min"))
-    return Plan(method=method, threads=n_threads, chunk=chunk, reason=reason,
+    if d.threads > 1 and threads == "auto":
+        reason += "; %d threads from %s (thread threshold %s)" % (
+            d.threads, format_size(th.thread_min), th.reason("thread_min"))
+    return Plan(method=method, threads=d.threads, chunk=d.unit, reason=reason,
                 nbytes=nbytes, count=count)
-
-
-def _decide_hot(cpu: CPU, th: Thresholds, nbytes: int, hot: tuple[int, int], *,
-                threads: Threads, forced: str | None) -> Plan:
-    start, stop = hot
-    hot_n = stop - start
-    cold_name, hot_name = routing(th, forced).hot("auto", hot_n)
-    cold_n = nbytes - hot_n
-    if forced is not None:
-        reason = "CLEARPAGES_METHOD forces %s for both parts" % forced
-    else:
-        reason = ("the %s outside the hot range with %s (streaming: it is not "
-                  "read again soon), then the %s hot range last with %s (ordinary "
-                  "stores leave it in cache)" % (format_size(cold_n), cold_name,
-                                                 format_size(hot_n), hot_name))
-    n_threads = choose_threads(cpu, th, cold_n) if threads == "auto" else int(threads)
-    return Plan(method=cold_name, threads=n_threads, chunk=chunk_for(th, cold_n, n_threads),
-                reason=reason, nbytes=nbytes, count=1, hot_method=hot_name)

@@ -400,7 +400,7 @@ def test_on_times_band_clears_on_every_path(config, monkeypatch):
 
 def _adapt_arms(n):
     from clearpages import _adapt
-    return _adapt.arms(cp.thresholds(), n)
+    return _adapt.arms(n)
 
 
 @needs_band

@@ -386,9 +386,9 @@ def test_select_threads():
     th = _calibrate.select_threads(cpu, default,
                                    table(lambda s: 1.8 if s >= 16 * MiB else 0.7), (1, 2, 4))
     assert th.thread_min == 16 * MiB
-    assert _policy.choose_threads(cpu, th, 4 * MiB) == 1
+    assert _policy.decide(cpu, th, 4 * MiB, threads="auto").threads == 1
     th = _calibrate.select_threads(cpu, default, table(lambda s: 0.6), (1, 2, 4))
-    assert _policy.choose_threads(cpu, th, 256 * MiB) == 1
+    assert _policy.decide(cpu, th, 256 * MiB, threads="auto").threads == 1
     th = _calibrate.select_threads(cpu, default, table(lambda s: 1.0), (1, 2, 4))
     assert (th.thread_min, th.max_threads) == (default.thread_min, default.max_threads)
 

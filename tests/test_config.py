@@ -51,7 +51,7 @@ def test_disable_every_vector_feature(config):
     config({"CLEARPAGES_DISABLE": " AVX512F , avx2,clzero ,"})
     assert not {"avx512f", "avx2", "clzero"} & cp.cpu().features
     assert cp.thresholds().streaming == "movnti"
-    assert cp.plan(1 << 30).method == "movnti"
+    assert cp.plan(1 << 30, threads=2).method == "movnti"     # two: no long rule
     assert set(cp.methods()) == {"rep_stosb", "rep_stosq", "mov_loop", "movnti", "libc"}
     buf = bytearray(b"\1" * 40 * MiB)
     cp.clear(buf, threads=2)
@@ -126,7 +126,7 @@ def test_nt_threshold(config, value, nbytes):
     th = cp.thresholds()
     assert th.nt_min == nbytes
     assert "CLEARPAGES_NT_THRESHOLD" in th.reason("nt_min")
-    assert cp.plan(nbytes).method == th.streaming
+    assert cp.plan(nbytes, threads=2).method == th.streaming     # two: no long rule
     if not NATIVE:
         # memset on both sides: the threshold is read but has nothing to move.
         assert th.streaming == "libc" and cp.plan(max(0, nbytes - 1)).method == "libc"
@@ -161,31 +161,53 @@ def test_missing_calibration_file_is_an_error_at_first_use():
 LEAN_SIZES = (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB)
 
 
+def _routines_run(call, *args, **kw):
+    """The routines a clearing call ran, in order (the native debug hook)."""
+    ran = []
+
+    def hook(where, routine, nbytes):
+        if where in ("call", "slice") and (not ran or ran[-1] != routine):
+            ran.append(routine)
+
+    _fast._set_debug_hook(hook)
+    try:
+        call(*args, **kw)
+    finally:
+        _fast._set_debug_hook(None)
+    return ran
+
+
 @pytest.mark.parametrize("method", [None, "libc", "movnti"])
 @pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
-def test_native_routing_is_the_policys(config, nt, method):
-    """The native entry runs what plan() says: its routing is configured
-    from _policy.Routing and mirrors Routing.pick and Routing.hot."""
-    env = {} if nt is None else {"CLEARPAGES_NT_THRESHOLD": nt}
+def test_what_runs_is_what_plan_says(config, nt, method):
+    """plan() and the clearing functions ask one policy (csrc/core/policy.c):
+    the routine each call runs, seen from inside the call, is the one
+    plan() names, for single buffers, many pieces and a hot range, under
+    every threshold and a forced method.  (The learner is off: it may run
+    the other routine in its band, which test_adapt.py covers.)"""
+    env = {"CLEARPAGES_ADAPT": "0"} if nt is None else {
+        "CLEARPAGES_ADAPT": "0", "CLEARPAGES_NT_THRESHOLD": nt}
     if method is not None:
         if method not in cp.methods():
             pytest.skip("%s is not available here" % method)
         env["CLEARPAGES_METHOD"] = method
     config(env)
-    rt = _dispatch.state().routing
-    for n in LEAN_SIZES + (1 << 30, 1 << 40):
-        assert _fast.route(n) == cp.plan(n, threads=1).method == rt.pick(n), n
-        for count in (2, 3, 4096):
-            assert _fast.route(n, count) == cp.plan(n, count=count, threads=1).method, (n, count)
-        buf = bytearray(b"\x01" * min(n, 8 * MiB))
-        cp.clear(buf)
-        assert buf.count(0) == len(buf)
+    for n in LEAN_SIZES:
+        buf = bytearray(b"\x01" * n)
+        assert _routines_run(cp.clear, buf) == [cp.plan(n).method], n
+        assert buf.count(0) == n
+        for count in (2, 3):
+            pieces = [bytearray(b"\x01" * (n // count)) for _ in range(count)]
+            total = sum(map(len, pieces))
+            want = [cp.plan(total, count=count).method]
+            assert _routines_run(cp.clear_many, pieces) == want, (n, count)
     for hot_n in LEAN_SIZES:
-        p = cp.plan(max(hot_n, 1) * 2, hot=(0, hot_n), threads=1)
-        assert _fast.hot_route(hot_n, "auto") == (p.method, p.hot_method) \
-            == rt.hot("auto", hot_n), hot_n
-        for name in cp.methods():
-            assert _fast.hot_route(hot_n, name) == rt.hot(name, hot_n)
+        n = max(hot_n, 1) * 2
+        p = cp.plan(n, hot=(0, hot_n))
+        want = [p.method, p.hot_method] if hot_n else [p.method]
+        if p.method == p.hot_method:
+            want = [p.method]
+        assert _routines_run(cp.clear, bytearray(n), hot=(0, hot_n)) == want, hot_n
 
 
 def test_state_is_built_on_first_use():
@@ -212,7 +234,7 @@ def test_parse_size():
 
 # ---- at import time, in a fresh interpreter ---------------------------------
 
-_SHOW = "import clearpages as cp; print(','.join(cp.methods())); print(cp.plan(1 << 30).method)"
+_SHOW = "import clearpages as cp; print(','.join(cp.methods())); print(cp.plan(1 << 30, threads=2).method)"
 
 
 def test_environment_is_read_at_import():

@@ -328,7 +328,7 @@ def test_the_state_has_one_owner():
     cp.reload_config({"CLEARPAGES_NT_THRESHOLD": "4096"})
     try:
         assert _dispatch.state() is not st
-        assert _fast.route(4096) == cp.thresholds().streaming
+        assert _fast.decide(4096)[0] == cp.thresholds().streaming
     finally:
         cp.reload_config()
 

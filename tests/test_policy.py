@@ -206,16 +206,25 @@ def test_with_nt_threshold_moves_the_crossover():
     assert "CLEARPAGES_NT_THRESHOLD" in th.reason("nt_min")
 
 
+def _auto_threads(cpu, th, n):
+    return _policy.decide(cpu, th, n, threads="auto").threads
+
+
 def test_threads_auto():
     many = dataclasses.replace(ICE, cores=16)
     th = _policy.default_thresholds(many, ALL)
-    assert _policy.choose_threads(many, th, 1 * MiB) == 1
-    assert _policy.choose_threads(many, th, th.thread_min - 1) == 1
-    big = _policy.choose_threads(many, th, 1 * GiB)
+    assert _auto_threads(many, th, 1 * MiB) == 1
+    assert _auto_threads(many, th, th.thread_min - 1) == 1
+    big = _auto_threads(many, th, 1 * GiB)
     assert 2 <= big <= 16
-    assert _policy.choose_threads(ICE, th, 1 * GiB) == 1       # one core
+    assert _auto_threads(ICE, th, 1 * GiB) == 1       # one core
     capped = dataclasses.replace(th, max_threads=2)
-    assert _policy.choose_threads(many, capped, 1 * GiB) == 2
+    assert _auto_threads(many, capped, 1 * GiB) == 2
+    # At most what a job takes, however many CPUs there are.
+    huge = dataclasses.replace(ICE, cores=100_000)
+    assert _auto_threads(huge, th, _config.MAX_SIZE) == _fast.MAX_THREADS
+    assert _auto_threads(huge, dataclasses.replace(th, max_threads=300),
+                         _config.MAX_SIZE) == _fast.MAX_THREADS
     p = _policy.decide(many, th, 1 * GiB, threads="auto")
     assert p.threads == big and "threads" in p.reason
     assert p.chunk % (4 * KiB) == 0 and 4 * KiB <= p.chunk <= th.chunk
@@ -226,8 +235,6 @@ def test_threads_auto():
 def test_auto_threads_never_exceed_what_a_job_takes():
     huge = dataclasses.replace(ICE, cores=512)
     th = _policy.default_thresholds(huge, ALL)
-    assert _policy.MAX_JOB_THREADS == _fast.MAX_THREADS
-    assert _policy.choose_threads(huge, th, 10 * GiB) == _fast.MAX_THREADS
     assert _policy.decide(huge, th, 10 * GiB, threads="auto").threads == _fast.MAX_THREADS
 
 
@@ -259,7 +266,7 @@ def test_plan_on_this_machine():
         p = cp.plan(n)
         assert p.method in cp.methods()
         assert p.nbytes == n and isinstance(p.reason, str) and p.reason
-    assert cp.plan(1 * GiB).method == th.streaming
+    assert cp.plan(1 * GiB, threads=2).method == th.streaming     # no long rule on two
     assert cp.plan(4 * MiB, count=1024).count == 1024
 
 
@@ -285,21 +292,29 @@ def test_plan_bad_threads(bad):
                                  {"CLEARPAGES_NT_THRESHOLD": "64M"},
                                  {"CLEARPAGES_DISABLE": "erms,avx512f"},
                                  {"CLEARPAGES_METHOD": "rep_stosq"}])
-def test_what_runs_is_what_plan_says(config, env):
-    """The routine, threads and chunk the clearing functions use are the
-    ones plan() reports, for every size, piece count and thread setting."""
+def test_plan_is_the_native_policys(config, env):
+    """plan() reports the native policy's decision for the configured
+    thresholds, the same one a synthetic-CPU decide() gets for them, for
+    every size, piece count and thread setting; plan's defaults are clear()'s."""
     if env.get("CLEARPAGES_METHOD", "libc") not in _dispatch.state().built:
         pytest.skip("CLEARPAGES_METHOD=%s: %s" % (env["CLEARPAGES_METHOD"],
                                                     _dispatch.state().missing(env["CLEARPAGES_METHOD"])))
     config(env)
-    th = cp.thresholds()
+    st = _dispatch.state()
+    th = st.thresholds
     sizes = [0, 1, 2047, 2048, 4096, 1000, 1 * MiB, th.nt_min - 1, th.nt_min,
              th.thread_min - 1, th.thread_min, 1 * GiB, 5 * GiB + 3]
     for n in sizes:
         if not 0 <= n <= _config.MAX_SIZE:
             continue
+        assert cp.plan(n) == cp.plan(n, count=1, threads=1)
         for count in (1, 3, 4096):
             for threads in (1, 2, 7, "auto"):
                 p = cp.plan(n, count=count, threads=threads)
                 got = _fast.decide(n, count, threads)
-                assert got == (p.method, p.threads, p.chunk), (n, count, threads, p)
+                assert got[:3] == (p.method, p.threads, p.chunk), (n, count, threads, p)
+                q = _policy.decide(st.cpu, th, n, count, threads=threads, forced=st.forced)
+                assert (q.method, q.threads, q.chunk, q.reason) == (
+                    p.method, p.threads, p.chunk, p.reason), (n, count, threads)
+                assert 1 <= p.threads <= _fast.MAX_THREADS
+                assert p.chunk % (4 * KiB) == 0

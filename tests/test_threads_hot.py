@@ -279,7 +279,7 @@ def test_auto_threads_on_512_cpus_stay_within_what_a_job_takes(config, monkeypat
     config({})
     st = _dispatch.state()
     assert st.cpu.cores == 512
-    p = cp.plan(10 << 30)
+    p = cp.plan(10 << 30, threads="auto")
     assert 1 < p.threads <= _fast.MAX_THREADS, p
     assert _fast.decide(10 << 30, 1, "auto")[1] == p.threads
     # A thread threshold of 8 KiB: a 4 MiB clear asks for one thread per
@@ -289,7 +289,7 @@ def test_auto_threads_on_512_cpus_stay_within_what_a_job_takes(config, monkeypat
     config({"CLEARPAGES_CALIBRATION": str(path)})
     assert _dispatch.state().thresholds.thread_min == 8 * KiB
     n = 4 * MiB
-    p = cp.plan(n)
+    p = cp.plan(n, threads="auto")
     assert p.threads == _fast.MAX_THREADS, p
     assert _fast.decide(n, 1, "auto")[1] == p.threads
     buf = bytearray(b"\x01") * n

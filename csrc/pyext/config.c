@@ -1,8 +1,8 @@
 /*
  * Binding to clearpages._native (its routines, jobs and region calls,
  * resolved with dlsym from the loaded module), the configuration Python
- * gives (configure, set_hooks) and the queries of the configured routing
- * (route, decide, hot_route, settings).
+ * gives (configure, set_hooks), and decide: what the configured policy
+ * does for a size, which plan() reports.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -67,6 +67,7 @@ static int bind_native(const char *path)
     NEED(region_move_to, "cp_region_move_to");
     NEED(region_move_congruent, "cp_region_move_congruent");
     NEED(routines, "cp_routine_table");
+    NEED(policy_decide, "cp_policy_decide");
 #undef NEED
     *(void **)&nat.job_error = dlsym(h, "cp_job_error");
     const struct cp_adapt_api *(*adapt_api)(void);
@@ -78,48 +79,45 @@ fail:
     return -1;
 }
 
-static int routine_index(PyObject *name, int n, const char *what)
-{
-    for (int i = 0; i < n; i++)
-        if (PyUnicode_Compare(name, cfg.r[i].name) == 0)
-            return i;
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "configure: %s names no routine", what);
-    return -1;
-}
-
 const char configure_doc[] =
-"configure(native_path, routines, small, temporal, streaming, forced, vector_max,\n"
-"          nt_min, chunk, thread_min, most_threads, gil_min, slice_ns,\n"
-"          adapt_lo=0, adapt_hi=0, long=None, long_min=2**64-1)\n"
+"configure(native_path, routines, policy, gil_min, slice_ns)\n"
 "--\n\n"
-"Set the routing the entries follow (from clearpages._policy.Routing).\n"
-"routines: ((name, fence, temporal, usable), ...) in the routine table's\n"
-"order; usable ones are looked up in the cp_routine_table of the module at\n"
-"native_path.  forced: a routine name or None.  adapt_lo <= n < adapt_hi:\n"
-"the band where a single-threaded \"auto\" clear asks the learner of\n"
-"csrc/adapt.c and reports its time (off when empty).  long: the routine for\n"
-"pieces of long_min bytes or more on one thread above nt_min.";
+"Set what the entries follow.  routines: ((name, fence, temporal, usable),\n"
+"...) in the routine table's order; usable ones are looked up in the\n"
+"cp_routine_table of the module at native_path.  policy: the bytes of a\n"
+"struct cp_policy (csrc/core/policy.h), its routines indices into that\n"
+"table.  gil_min: clears of fewer bytes keep the GIL.  slice_ns: how long\n"
+"a job runs between two checks for signals.";
+
+/* A routine the policy may run: in the table and usable here (or none). */
+static int usable_or_none(int idx, int may_be_none)
+{
+    if (idx == CP_POLICY_NONE && may_be_none)
+        return 1;
+    return idx >= 0 && idx < cfg.n && cfg.r[idx].fn;
+}
 
 PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *names[] = {"native_path", "routines", "small", "temporal", "streaming",
-                            "forced", "vector_max", "nt_min", "chunk", "thread_min",
-                            "most_threads", "gil_min", "slice_ns", "adapt_lo", "adapt_hi",
-                            "long", "long_min", NULL};
+    static char *names[] = {"native_path", "routines", "policy", "gil_min", "slice_ns", NULL};
     const char *path;
-    PyObject *routines, *small, *temporal, *streaming, *forced;
-    unsigned long long vector_max, nt_min, chunk, thread_min, gil_min, slice_ns;
-    unsigned long long adapt_lo = 0, adapt_hi = 0, long_min = ~0ull;
-    PyObject *long_name = Py_None;
-    int most;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!UUUOKKKKiKK|KKOK", names, &path,
-                                     &PyTuple_Type, &routines, &small, &temporal, &streaming,
-                                     &forced, &vector_max, &nt_min, &chunk, &thread_min,
-                                     &most, &gil_min, &slice_ns, &adapt_lo, &adapt_hi,
-                                     &long_name, &long_min))
+    PyObject *routines;
+    Py_buffer pol;
+    unsigned long long gil_min, slice_ns;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!y*KK", names, &path, &PyTuple_Type,
+                                     &routines, &pol, &gil_min, &slice_ns))
         return NULL;
+    struct cp_policy policy;
+    int ok = pol.len == (Py_ssize_t)sizeof(policy);
+    if (ok)
+        memcpy(&policy, pol.buf, sizeof(policy));
+    PyBuffer_Release(&pol);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "configure: policy must be %zu bytes (struct cp_policy)",
+                     sizeof(policy));
+        return NULL;
+    }
     if (bind_native(path) < 0)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(routines);
@@ -159,37 +157,20 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
     for (Py_ssize_t i = 0; i < n; i++)
         cfg.r[i] = r[i];
     cfg.n = (int)n;
-    int s = routine_index(small, cfg.n, "small"), t = routine_index(temporal, cfg.n, "temporal");
-    int st = routine_index(streaming, cfg.n, "streaming");
-    int f = forced == Py_None ? -1 : routine_index(forced, cfg.n, "forced");
-    int lg = long_name == Py_None ? -1 : routine_index(long_name, cfg.n, "long");
-    if (s < 0 || t < 0 || st < 0 || (forced != Py_None && f < 0)
-        || (long_name != Py_None && lg < 0)
-        || !cfg.r[s].fn || !cfg.r[t].fn || !cfg.r[st].fn || (f >= 0 && !cfg.r[f].fn)
-        || (lg >= 0 && !cfg.r[lg].fn)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "configure: a chosen routine is not usable");
+    if (!usable_or_none(policy.small, 0) || !usable_or_none(policy.temporal, 0)
+        || !usable_or_none(policy.streaming, 0) || !usable_or_none(policy.forced, 1)
+        || !usable_or_none(policy.long_routine, 1)) {
+        PyErr_SetString(PyExc_ValueError, "configure: a routine of the policy is not usable");
         cfg = old;
         goto fail;
     }
     for (int i = 0; i < old.n; i++)
         Py_XDECREF(old.r[i].name);
-    cfg.small = s;
-    cfg.temporal = t;
-    cfg.streaming = st;
-    cfg.forced = f;
-    cfg.vector_max = (size_t)vector_max;
-    cfg.nt_min = (size_t)nt_min;
-    cfg.chunk = (size_t)(chunk < SPLIT ? SPLIT : chunk);
-    cfg.thread_min = (size_t)thread_min;
-    cfg.most_threads = most;
+    cfg.policy = policy;
+    if (!nat.adapt)             /* no learner: no size asks it */
+        cfg.policy.adapt_lo = cfg.policy.adapt_hi = 0;
     cfg.gil_min = (size_t)gil_min;
     cfg.slice_ns = slice_ns;
-    cfg.long_idx = lg;
-    cfg.long_min = (size_t)long_min;
-    /* An empty band (lo >= hi) is off: no size is in it. */
-    cfg.adapt_lo = nat.adapt ? (size_t)adapt_lo : 0;
-    cfg.adapt_hi = nat.adapt ? (size_t)adapt_hi : 0;
     cfg.ready = 1;
     Py_RETURN_NONE;
 fail:
@@ -220,29 +201,16 @@ PyObject *fast_set_debug_hook(PyObject *self, PyObject *hook)
     Py_RETURN_NONE;
 }
 
-/* route(nbytes, count=1, threads=1) -> routine name: what "auto" runs
- * (tests compare it with the Python routing). */
-PyObject *fast_route(PyObject *self, PyObject *args)
-{
-    (void)self;
-    unsigned long long n, count = 1;
-    int threads = 1;
-    if (!PyArg_ParseTuple(args, "K|Ki", &n, &count, &threads))
-        return NULL;
-    if (ensure_ready() < 0)
-        return NULL;
-    return Py_NewRef(cfg.r[route((size_t)n, (size_t)count, threads)].name);
-}
-
-/* decide(nbytes, count=1, threads=1, method="auto") -> (routine, threads,
- * chunk): what a call over nbytes in count pieces runs (tests hold it
- * against plan()). */
+/* decide(nbytes, count=1, threads=1, method="auto", hot_nbytes=None) ->
+ * (routine, threads, unit, hot routine or None, adaptive, (temporal arm,
+ * streaming arm)): what a call over nbytes in count pieces runs, from the
+ * policy every call follows.  plan() reports it. */
 PyObject *fast_decide(PyObject *self, PyObject *args)
 {
     (void)self;
     unsigned long long n, count = 1;
-    PyObject *threads = NULL, *method = NULL;
-    if (!PyArg_ParseTuple(args, "K|KOO", &n, &count, &threads, &method))
+    PyObject *threads = NULL, *method = NULL, *hot = Py_None;
+    if (!PyArg_ParseTuple(args, "K|KOOO", &n, &count, &threads, &method, &hot))
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
@@ -251,30 +219,23 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "decide: not a usable method or thread count");
         return NULL;
     }
-    if (t == 0)
-        t = auto_threads((size_t)n);
-    if (idx == AUTO)
-        idx = route((size_t)n, (size_t)count, t);
-    return Py_BuildValue("(Oin)", cfg.r[idx].name, t, (Py_ssize_t)chunk_for((size_t)n, t));
-}
-
-PyObject *fast_hot_route(PyObject *self, PyObject *args)
-{
-    (void)self;
-    unsigned long long hot_n;
-    PyObject *method;
-    if (!PyArg_ParseTuple(args, "KO", &hot_n, &method))
-        return NULL;
-    if (ensure_ready() < 0)
-        return NULL;
-    int idx = method_index(method);
-    if (idx == DECLINE) {
-        PyErr_SetString(PyExc_ValueError, "hot_route: not a usable method");
-        return NULL;
+    unsigned long long hot_n = 0;
+    if (hot != Py_None) {
+        hot_n = PyLong_AsUnsignedLongLong(hot);
+        if (PyErr_Occurred())
+            return NULL;
+        if (hot_n > n || count != 1) {
+            PyErr_SetString(PyExc_ValueError, "decide: a hot range lies in one buffer");
+            return NULL;
+        }
     }
-    int cold, hot;
-    hot_routes(idx, (size_t)hot_n, &cold, &hot);
-    return Py_BuildValue("(OO)", cfg.r[cold].name, cfg.r[hot].name);
+    struct cp_decision d;
+    decide((size_t)n, (size_t)count, idx, t, hot != Py_None, (size_t)hot_n, &d);
+    return Py_BuildValue("(OinOO(OO))", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
+                         d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
+                         d.adaptive ? Py_True : Py_False,
+                         cfg.r[d.arms[CP_ADAPT_TEMPORAL]].name,
+                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name);
 }
 
 PyObject *fast_settings(PyObject *self, PyObject *unused)
@@ -283,13 +244,14 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
     (void)unused;
     if (!cfg.ready)
         Py_RETURN_NONE;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:i,s:i,s:K,s:K}",
-                         "vector_max", (unsigned long long)cfg.vector_max,
-                         "nt_min", (unsigned long long)cfg.nt_min,
-                         "chunk", (unsigned long long)cfg.chunk,
+    const struct cp_policy *p = &cfg.policy;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:K,s:K}",
+                         "vector_max", (unsigned long long)p->vector_max,
+                         "nt_min", (unsigned long long)p->nt_min,
+                         "unit", (unsigned long long)p->unit,
                          "gil_min", (unsigned long long)cfg.gil_min,
-                         "adapt", cfg.adapt_lo < cfg.adapt_hi,
-                         "most_threads", cfg.most_threads,
-                         "adapt_lo", (unsigned long long)cfg.adapt_lo,
-                         "adapt_hi", (unsigned long long)cfg.adapt_hi);
+                         "slice_ns", (unsigned long long)cfg.slice_ns,
+                         "adapt", p->adapt_lo < p->adapt_hi,
+                         "adapt_lo", (unsigned long long)p->adapt_lo,
+                         "adapt_hi", (unsigned long long)p->adapt_hi);
 }

@@ -115,7 +115,6 @@ static void views_release(struct views *vs)
     vs->n = 0;
 }
 
-/* Run a job over n extents (routing by their total, as one piece of work). */
 static const char *const many_pos[] = {"bufs"};
 
 static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -381,10 +380,10 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         goto fail;
     }
     size_t total = nat.job_total(job);
-    int t = nthreads == 0 ? auto_threads(total) : nthreads;
-    int routine = idx == AUTO ? route(total, (size_t)count, t) : idx;
+    struct cp_decision d;
+    decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
     if (call_debug_hook("acquired", -1, total) == 0
-        && run_job(job, routine, t, chunk_for(total, t), total) == 0)
+        && run_job(job, d.routine, d.threads, d.unit, total) == 0)
         res = Py_NewRef(Py_None);
     nat.job_free(job);
 fail:

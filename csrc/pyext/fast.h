@@ -1,11 +1,12 @@
 /*
  * Private to clearpages._fast: what its files share.  Each file does one
  * job: module.c (the module and its method table), args.c (the argument
- * forms taken), route.c (the routing "auto" follows), run.c (calling a
- * routine, running a job), entries.c (clear, clear_many, clear_pages),
- * config.c (binding to clearpages._native, configure and the queries of
- * the configured routing), region_type.c (RegionMemory), scan.c (is_zero,
- * nonzero_pages).
+ * forms taken), run.c (calling a routine, running a job), entries.c
+ * (clear, clear_many, clear_pages), config.c (binding to
+ * clearpages._native, configure, and decide: the policy's answer for a
+ * size), region_type.c (RegionMemory), scan.c (is_zero, nonzero_pages).
+ * What runs is decided by the core's policy (core/policy.h) and nowhere
+ * here.
  *
  * Everything declared here is hidden: the module exports PyInit__fast
  * alone.
@@ -22,6 +23,7 @@
 
 #include "adapt.h"
 #include "clearpages.h"
+#include "policy.h"
 #include "region.h"
 
 #pragma GCC visibility push(hidden)
@@ -35,7 +37,6 @@ static inline PyObject *Py_NewRef(PyObject *o)
 #endif
 
 #define MAX_ROUTINES 16
-#define SPLIT 4096u
 
 /* ---- what _native provides (config.c binds it) --------------------------- */
 
@@ -58,6 +59,8 @@ struct native {
     int (*region_move_congruent)(uintptr_t, size_t, size_t, size_t, size_t,
                                  uintptr_t *);
     int (*job_error)(const struct cp_job *);          /* optional */
+    void (*policy_decide)(const struct cp_policy *, size_t, size_t, int, int, int, size_t,
+                          struct cp_decision *);
     /* Adaptive auto (core/adapt.h), optional: choose(n, addr) -> a ticket,
      * < 0 for the static choice, else ticket & 1 is the arm (1: streaming);
      * record(n, ticket, ns). */
@@ -66,7 +69,7 @@ struct native {
 
 extern struct native nat;
 
-/* ---- the routing Python configured (config.c) ----------------------------- */
+/* ---- what Python configured (config.c) ------------------------------------- */
 
 struct routine {
     PyObject *name;             /* interned str */
@@ -79,14 +82,10 @@ struct routine {
 struct config {
     int ready;
     int n;
-    struct routine r[MAX_ROUTINES];
-    int small, temporal, streaming, forced;   /* indices; forced -1: none */
-    size_t vector_max, nt_min, chunk, thread_min, gil_min;
-    int most_threads;
+    struct routine r[MAX_ROUTINES];             /* the routine table's order */
+    struct cp_policy policy;                    /* what "auto" follows */
+    size_t gil_min;
     uint64_t slice_ns;
-    size_t adapt_lo, adapt_hi;                 /* lo >= hi, or no learner: off */
-    int long_idx;                              /* -1: none */
-    size_t long_min;
 };
 
 extern struct config cfg;
@@ -103,16 +102,17 @@ extern PyObject *debug_hook;        /* tests: called before every slice */
 /* Configure through the Python hook if that has not happened yet. */
 int ensure_ready(void);
 
-/* ---- route.c ---------------------------------------------------------------- */
-
-int route(size_t nbytes, size_t count, int threads);
-int auto_threads(size_t nbytes);
-size_t chunk_for(size_t nbytes, int threads);
-void hot_routes(int idx, size_t hot_nbytes, int *cold, int *hot);
+/* The policy's decision for a call (core/policy.h): idx a routine or AUTO,
+ * threads 1.. or 0 for "auto". */
+static inline void decide(size_t nbytes, size_t count, int idx, int threads, int hot,
+                          size_t hot_nbytes, struct cp_decision *d)
+{
+    nat.policy_decide(&cfg.policy, nbytes, count, idx, threads, hot, hot_nbytes, d);
+}
 
 /* ---- args.c ------------------------------------------------------------------ */
 
-enum { AUTO = -1, DECLINE = -2 };
+enum { AUTO = CP_POLICY_AUTO, DECLINE = -2 };
 
 int method_index(PyObject *m);
 int threads_value(PyObject *t);
@@ -155,9 +155,7 @@ extern const char configure_doc[];
 PyObject *fast_configure(PyObject *, PyObject *, PyObject *);
 PyObject *fast_set_hooks(PyObject *, PyObject *, PyObject *);
 PyObject *fast_set_debug_hook(PyObject *, PyObject *);
-PyObject *fast_route(PyObject *, PyObject *);
 PyObject *fast_decide(PyObject *, PyObject *);
-PyObject *fast_hot_route(PyObject *, PyObject *);
 PyObject *fast_settings(PyObject *, PyObject *);
 
 PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);

@@ -3,7 +3,7 @@
  *
  * One entry per public call (clear, clear_many, clear_pages): arguments
  * parsed, buffers acquired with PyObject_GetBuffer, the routine chosen from
- * the routing that Python configured (configure()), the routine called or a
+ * core's policy (core/policy.c, configured once by Python), the routine called or a
  * job built and run in time slices, and every buffer released, all inside
  * one C call.  Nothing is owned by Python between two native steps, so a
  * signal handler that raises cannot strand a buffer export or a job.  What
@@ -69,11 +69,9 @@ static PyMethodDef module_methods[] = {
      "buffers held: 'acquired', before every job slice ('slice') and direct\n"
      "call ('call'); tests watch and inject failures with it."},
     {"decide", fast_decide, METH_VARARGS,
-     "decide(nbytes, count=1, threads=1, method='auto') -> (routine, threads, chunk)."},
-    {"route", fast_route, METH_VARARGS,
-     "route(nbytes, count=1, threads=1) -> what \"auto\" runs."},
-    {"hot_route", fast_hot_route, METH_VARARGS,
-     "hot_route(hot_nbytes, method) -> (cold routine, hot routine)."},
+     "decide(nbytes, count=1, threads=1, method='auto', hot_nbytes=None) -> (routine,\n"
+     "threads, unit, hot routine, adaptive, (temporal arm, streaming arm)): what\n"
+     "a call runs, from the policy every call follows."},
     {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
      "is_zero(buf, *, threads=1) -> bool\n--\n\n"

@@ -85,25 +85,23 @@ static int call_routine(int idx, void *dst, size_t n)
 }
 
 /* Clear one extent with routine idx (or "auto": idx AUTO) on threads
- * (0: "auto").  In the adaptive band a single-threaded auto clear asks the
- * learner for the routine and reports its time. */
+ * (0: "auto").  Where the policy says so (a single auto clear on one thread
+ * in the adaptive band), the learner chooses the routine and the clear is
+ * timed for it. */
 int clear_extent(char *dst, size_t n, int idx, int threads)
 {
-    if (threads == 0)
-        threads = auto_threads(n);
+    struct cp_decision d;
+    decide(n, 1, idx, threads, 0, 0, &d);
+    idx = d.routine;
     int ticket = -1;
-    if (idx == AUTO) {
-        idx = route(n, 1, threads);
-        if (threads == 1 && n >= cfg.adapt_lo && n < cfg.adapt_hi && cfg.forced < 0) {
-            ticket = nat.adapt->choose(n, dst);
-            if (ticket >= 0)
-                idx = ticket & CP_ADAPT_STREAMING ? cfg.streaming
-                    : n < cfg.vector_max ? cfg.small : cfg.temporal;
-        }
+    if (d.adaptive) {
+        ticket = nat.adapt->choose(n, dst);
+        if (ticket >= 0)
+            idx = d.arms[ticket & CP_ADAPT_STREAMING];
     }
     uint64_t t0 = ticket >= 0 ? nat.adapt->now_ns() : 0;
     int rc;
-    if (threads == 1 && n <= cfg.chunk) {
+    if (d.threads == 1 && n <= d.unit) {
         rc = call_routine(idx, dst, n);
     } else if (n == 0) {
         rc = 0;
@@ -113,7 +111,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
             PyErr_NoMemory();
             return -1;
         }
-        rc = run_job(job, idx, threads, chunk_for(n, threads), n);
+        rc = run_job(job, idx, d.threads, d.unit, n);
         nat.job_free(job);
     }
     if (ticket >= 0 && rc == 0)
@@ -122,16 +120,13 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
 }
 
 /* The job over [base, base + n) without [start, stop), cleared with the
- * cold routine; then [start, stop) with the hot one (ordinary stores, last,
- * so it is in cache for the caller). */
-int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx,
-                          int threads)
+ * policy's routine for the rest; then [start, stop) with the hot one
+ * (ordinary stores, last, so it is in cache for the caller). */
+int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads)
 {
-    int cold, hot;
-    hot_routes(idx, stop - start, &cold, &hot);
+    struct cp_decision d;
+    decide(n, 1, idx, threads, 1, stop - start, &d);
     size_t cold_n = n - (stop - start);
-    if (threads == 0)
-        threads = auto_threads(cold_n);
     char *addrs[2] = {base, base + stop};
     size_t lens[2] = {start, n - stop};
     if (cold_n) {
@@ -140,35 +135,29 @@ int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx,
             PyErr_NoMemory();
             return -1;
         }
-        int rc = run_job(job, cold, threads, chunk_for(cold_n, threads), cold_n);
+        int rc = run_job(job, d.routine, d.threads, d.unit, cold_n);
         nat.job_free(job);
         if (rc < 0)
             return -1;
     }
-    if (stop > start) {
-        if (stop - start <= cfg.chunk)
-            return call_routine(hot, base + start, stop - start);
-        return clear_extent(base + start, stop - start, hot, 1);
-    }
+    if (stop > start)
+        return clear_extent(base + start, stop - start, d.hot_routine, 1);
     return 0;
 }
 
-
-int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx,
-                         int threads)
+/* Run a job over n extents, decided by their total as one piece of work. */
+int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads)
 {
     if (n == 0)
         return 0;
-    if (threads == 0)
-        threads = auto_threads(total);
-    if (idx == AUTO)
-        idx = route(total, n, threads);
+    struct cp_decision d;
+    decide(total, n, idx, threads, 0, 0, &d);
     struct cp_job *job = nat.job_new(addrs, lens, n);
     if (!job) {
         PyErr_NoMemory();
         return -1;
     }
-    int rc = run_job(job, idx, threads, chunk_for(total, threads), total);
+    int rc = run_job(job, d.routine, d.threads, d.unit, total);
     nat.job_free(job);
     return rc;
 }

@@ -46,7 +46,11 @@ static int scan_threads(PyObject *t, size_t n)
                      CP_MAX_THREADS, t);
         return -1;
     }
-    return v == 0 ? auto_threads(n) : v;
+    if (v != 0)
+        return v;
+    struct cp_decision d;       /* "auto": the threads a clear of n bytes gets */
+    decide(n, 1, AUTO, 0, 0, 0, &d);
+    return d.threads;
 }
 
 static int scan_ready(void)

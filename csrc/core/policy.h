@@ -1,0 +1,64 @@
+/*
+ * The policy of "auto": every per-call decision in one place and one
+ * language.  Which routine runs, on how many threads, in what unit of work,
+ * which routine a hot range gets, and whether the learner (adapt.h) is
+ * asked and between which two routines.
+ *
+ * A pure function of a struct cp_policy (the numbers Python computes once
+ * from the CPU description, the calibration and the CLEARPAGES_* variables)
+ * and the call's size.  clearpages._fast runs it on every call with the
+ * policy it was configured with; plan() asks _fast the same question, and
+ * the calibration and the tests ask it about synthetic CPUs through cffi.
+ * Routines are indices into the routine table (clearpages/_routines.py).
+ */
+#ifndef CLEARPAGES_POLICY_H
+#define CLEARPAGES_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* BEGIN CDEF */
+
+enum {
+    CP_POLICY_AUTO = -1,        /* method: "auto" */
+    CP_POLICY_NONE = -1,        /* no such routine (forced, long, hot) */
+    CP_POLICY_THREADS_AUTO = 0, /* threads: "auto" */
+    CP_POLICY_MIN_UNIT = 4096   /* the smallest unit of work: a page */
+};
+
+struct cp_policy {
+    int small;                  /* below vector_max a piece: memset's vector stores */
+    int temporal;               /* from vector_max to nt_min: ordinary stores */
+    int streaming;              /* from nt_min in all: non-temporal stores */
+    int long_routine;           /* from long_min a piece on one thread above nt_min */
+    int forced;                 /* CLEARPAGES_METHOD, for every size */
+    uint32_t temporal_set;      /* bit i: routine i uses ordinary stores */
+    size_t vector_max, nt_min, long_min;
+    size_t unit;                /* the unit of work on one thread (see DEFAULT_CHUNK) */
+    size_t thread_min;          /* threads="auto": one thread below this */
+    int max_threads;            /* the thresholds' cap, 0: none */
+    int cores;                  /* CPUs this process may run on */
+    size_t adapt_lo, adapt_hi;  /* single auto clears lo <= n < hi ask the learner */
+};
+
+struct cp_decision {
+    int routine;                /* what runs (with a hot range: the rest) */
+    int threads;
+    size_t unit;                /* one direct call up to this on one thread */
+    int hot_routine;            /* the hot range's routine, CP_POLICY_NONE without one */
+    int adaptive;               /* 1: the learner chooses and the clear is timed */
+    int arms[2];                /* the learner's routines: [CP_ADAPT_TEMPORAL],
+                                   [CP_ADAPT_STREAMING] */
+};
+
+/* The decision for nbytes in count pieces (count 0: as 1).  method: a
+ * routine index or CP_POLICY_AUTO; threads: 1..CP_MAX_THREADS or
+ * CP_POLICY_THREADS_AUTO; hot: 1 when hot_nbytes of the nbytes are a hot
+ * range (one buffer), cleared last with ordinary stores. */
+void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
+                      int method, int threads, int hot, size_t hot_nbytes,
+                      struct cp_decision *out);
+
+/* END CDEF */
+
+#endif
