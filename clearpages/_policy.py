@@ -204,34 +204,40 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
                       streaming=streaming, long_min=long_min, long=long, why=tuple(why))
 
 
-#: Floor of the adaptive band: two clock reads (~60 ns) stay under 1% of a clear.
-ADAPT_FLOOR = 64 * KiB
+#: Floor of the adaptive band.  Below it a clear lasts well under 0.3 us and
+#: what either choice could gain there is the order of a sampled clock read.
+ADAPT_FLOOR = 16 * KiB
 
 
 def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
     """th with the band of sizes where adaptive auto chooses by measurement.
 
-    The rule: from the L2 to 4x the last-level cache.  Evidence (AMD Zen 3
-    guest, L2 512 KiB, L3 32 MiB; GB/s of the routines called directly): at
-    1 MiB and 8 MiB a buffer cleared again at once takes ordinary stores at
-    ~52/47 and streaming ones at ~35/34, while a buffer not cleared for a
-    while takes them at ~11/10 against ~34: no threshold wins both, only the
-    program's own clears tell.  Below the L2 a clear lasts a few
-    microseconds and the two clock reads would start to show; above a few
-    times the last-level cache no buffer can still be cached, so streaming
-    (or whatever the static policy says) stands.  Unknown caches count as
-    256 KiB and 8 MiB.
+    The rule: from 16 KiB to 4x the last-level cache: wherever the temporal
+    and the streaming routine trade places.  Evidence, whole programs (a
+    clear and what the program does next; ``bench --programs``), AMD Zen 4
+    guest (L2 1 MiB, L3 32 MiB): at 16 KiB-256 KiB a buffer used again at
+    once runs 1.5-5x faster with ordinary stores (pad 64 KiB: streaming
+    0.30 of the best), while a pool of cold pages cleared and left alone
+    runs 1.5x faster streamed (16 KiB: ordinary stores 0.56-0.69); from the
+    L2 to the L3 the same with the sides 1.5-3x apart (and at 1 MiB and 8
+    MiB on Zen 3: ordinary stores ~52/47 GB/s warm, ~11/10 cold, streaming
+    ~35/34 both).  No threshold wins both; only the program's own clears
+    tell.  Above a few times the last-level cache no buffer can still be
+    cached, so streaming (or whatever the static policy says) stands.
+    Timing costs what sampling leaves of it (csrc/adapt.c: once settled,
+    one timed pair every 4 MiB of clears).  An unknown last-level cache
+    counts as 8 MiB.
     """
     if th.temporal == th.streaming:
         return dataclasses.replace(th, adapt_min=0, adapt_max=0, why=th.why + (
             ("adapt", "nothing to choose: %s is the only routine" % th.temporal),))
-    lo = max(ADAPT_FLOOR, cpu.l2 or 256 * KiB)
+    lo = ADAPT_FLOOR
     last = cpu.last_cache or 8 * MiB
     hi = max(lo, 4 * last)
     return dataclasses.replace(th, adapt_min=lo, adapt_max=hi, why=th.why + (
-        ("adapt", "from the %s L2 to 4x the %s last-level cache: where warm and cold "
-         "buffers want different stores" % (format_size(cpu.l2 or 256 * KiB),
-                                             format_size(last))),))
+        ("adapt", "from %s to 4x the %s last-level cache: where buffers used next and "
+         "buffers left alone want different stores" % (format_size(lo),
+                                                        format_size(last))),))
 
 
 def with_nt_threshold(th: Thresholds, nt_min: int) -> Thresholds:

@@ -42,12 +42,34 @@
  * Each context learns its own arm, so a switch of workload is a switch of
  * context, followed at once, and exploration can stay rare in both.
  *
+ * The kind of buffer is told by its address: a table of the addresses of
+ * recent band clears (hashed, one slot each) says whether this one was
+ * cleared within the last reuse_bytes of them.  A hot scratch buffer and
+ * the pages of a cold pool of the same size then learn apart, however
+ * many pool pages come between two clears of the scratch buffer.
+ *
+ * What a clear costs a program is more than the clear: ordinary stores
+ * leave the buffer in the cache for what the program does next, streaming
+ * stores leave it in memory.  So a timed steady clear also opens a
+ * *cycle*: the next clear of its size class and kind is timed too, and
+ * the time from the end of the one to the start of the other (the
+ * program's own work) is the arm's *use* cost, counted up to use_factor
+ * times the clear itself (so that unrelated work between the clears cannot
+ * outvote the clear: beyond that both arms are charged in proportion to
+ * their clears).  Where both arms have a use cost the choice is by clear
+ * plus use; a buffer cleared, then read, then cleared again gets ordinary
+ * stores even where streaming clears it faster.
+ *
  * Timing: clock_gettime(CLOCK_MONOTONIC) through the vDSO, ~30 ns a read on
- * a KVM guest (rdtsc ~17 ns), against >= 5 us for a clear at the band's
- * lower end (an L2's worth at <= 100 GB/s): under 1.5% for the two reads,
- * with no TSC calibration and no trust in an invariant TSC under a
- * hypervisor or across CPUs.
+ * a KVM guest (rdtsc ~17 ns), with no TSC calibration and no trust in an
+ * invariant TSC under a hypervisor or across CPUs.  A 16 KiB clear lasts
+ * ~0.3 us, so once a context is *settled* (its arm confirmed by an
+ * exploration, no burst or refill under way) only one call in
+ * max(1, sample_bytes / n) is timed, with the call after it (which closes
+ * its cycle); the calls between take neither the clock nor the lock, only
+ * the address table and two counters.  Explorations are always timed.
  */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -56,7 +78,7 @@
 #include "adapt.h"
 #include "inject.h"
 
-enum { RING = 16, WINDOW = 7, EXPLORED_WINDOW = 3 };
+enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 256 };
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
@@ -66,6 +88,9 @@ enum { RING = 16, WINDOW = 7, EXPLORED_WINDOW = 3 };
  * clears of an 8 MiB buffer after streaming ones ran at 8, 9, 11, 11, 11,
  * 13, 18, 20, 27, 29, 27, 26, 37 GB/s; of a 1 MiB one at 10, 23, 29, 37. */
 #define WARMING 1.05
+/* The current arm's use cost moved by more than 1/USE_CHANGE of its whole
+ * cost since the last confirmation: the program changed; explore again. */
+#define USE_CHANGE 4.0
 enum { BURST_MAX = 16, BURST_STALL = 3, AMORTIZE = 128 };
 
 struct arm_state {
@@ -77,6 +102,9 @@ struct arm_state {
     int restart;                /* the next sample starts the estimate afresh */
     double trans;               /* ns per byte of its first call after the other arm */
     uint64_t ntrans;
+    double use[WINDOW];         /* ns per byte the program spent after its clears */
+    unsigned nuse;
+    double use_est;             /* median of the latest; valid when nuse > 0 */
 };
 
 struct ctx_state {
@@ -94,9 +122,24 @@ struct ctx_state {
     int ramp_on;                /* back on the current arm, still refilling */
     uint32_t ramp_len, ramp_stall;
     double ramp_x;
+    uint64_t timed;
+    uint32_t period;            /* one timed sample in this many calls, settled */
+    double use_ref;             /* the current arm's use when last confirmed; < 0: none */
+    /* Read and written without the lock (relaxed atomics): */
+    uint32_t quiet_left;        /* untimed calls still to run on `cur` */
+    uint32_t quiet_calls;       /* untimed calls run since the lock last saw them */
 };
 
-struct recent {
+/* The cycle opened by the last timed steady clear: closed by the next band
+ * clear, whatever its size and kind, which is timed for it. */
+struct cycle {
+    int on, cls, ctx, arm, mine;
+    size_t n;
+    uint64_t end;               /* when that clear ended (ns) */
+    double x;                   /* its ns per byte */
+};
+
+struct seen {
     uintptr_t addr;
     uint64_t clock;             /* byte_clock when its last clear was chosen */
 };
@@ -107,8 +150,8 @@ static struct cp_adapt_params params;
 static size_t band_lo, band_hi;
 static int enabled;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
-static struct recent ring[RING];
-static unsigned ring_next;
+static struct seen seen[SEEN];      /* relaxed atomics: read without the lock */
+static struct cycle cycle;          /* .on is also read without the lock */
 static uint64_t byte_clock;
 
 /* A fork copies the lock as it is: held by a thread the child does not
@@ -168,13 +211,24 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
      * a 4 MiB buffer cleared with ordinary stores after streaming ones ran
      * at ~9, ~20, then ~30 GB/s in three calls in a row. */
     p->explore_burst = 4;
+    /* Settled, a timed pair every 4 MiB of clears: at 16 KiB one pair in
+     * 256 calls (four clock reads and the lock twice, ~0.2-0.3 us, against
+     * ~80 us of clears), from 4 MiB up every call (~0.06 us in >= 40 us). */
+    p->sample_bytes = 4u << 20;
+    /* The program's time after a clear counts up to 32 clears' worth: on a
+     * Zen 4 guest a cold 16 KiB buffer cleared, half written and summed
+     * spends ~14x its streaming clear (0.26 us) in the rest of the step
+     * when streamed, ~3x its ordinary-store clear (0.75 us) otherwise; at
+     * 64 KiB-4 MiB 2-8x.  Unrelated work beyond that is charged to both
+     * arms in proportion to their clears. */
+    p->use_factor = 32;
 }
 
 static void forget(void)
 {
     memset(table, 0, sizeof table);
-    memset(ring, 0, sizeof ring);
-    ring_next = 0;
+    memset(seen, 0, sizeof seen);
+    memset(&cycle, 0, sizeof cycle);
     byte_clock = 0;
 }
 
@@ -238,26 +292,46 @@ static int size_class(size_t n)
     return 63 - __builtin_clzll((unsigned long long)n);
 }
 
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
 /* 1 when addr was cleared within the last reuse_bytes of band clears
- * (this clear's own n included); remembers addr either way. */
+ * (this clear's own n included); remembers addr either way, in its slot of
+ * the table (a clear of another address hashed there forgets it: a
+ * mistaken "other" now and then, never a mistaken "recent").  Without the
+ * lock: racing calls may lose an update, which costs one such mistake. */
 static int is_recent(const void *addr, size_t n)
 {
     uintptr_t a = (uintptr_t)addr;
-    uint64_t before = byte_clock;
-    byte_clock += n;
-    if (!params.reuse_bytes || !a)
+    uint64_t before = LOAD(byte_clock), now = before + n;
+    STORE(byte_clock, now);
+    size_t reuse = LOAD(params.reuse_bytes);
+    if (!reuse || !a)
         return 0;
-    for (unsigned i = 0; i < RING; i++) {
-        if (ring[i].addr == a) {
-            int hit = before - ring[i].clock + n <= params.reuse_bytes;
-            ring[i].clock = byte_clock;
-            return hit;
-        }
-    }
-    ring[ring_next].addr = a;
-    ring[ring_next].clock = byte_clock;
-    ring_next = (ring_next + 1) % RING;
-    return 0;
+    struct seen *e = &seen[(uint64_t)(a >> 6) * 0x9E3779B97F4A7C15ull >> 55];
+    int hit = LOAD(e->addr) == a && before - LOAD(e->clock) + n <= reuse;
+    STORE(e->addr, a);
+    STORE(e->clock, now);
+    return hit;
+}
+
+static int ticket_of(int cls, int kind, int explore, int ctx, int arm)
+{
+    return cls << 6 | kind << 3 | explore << 2 | ctx << 1 | arm;
+}
+
+/* Settled: the current arm confirmed by an exploration, no burst, refill
+ * or cycle under way, and the next exploration more than a timed pair
+ * away.  Then the next period - 2 calls run untimed. */
+static int is_settled(const struct ctx_state *s);
+
+static void maybe_quiet(struct ctx_state *s)
+{
+    if (!is_settled(s))
+        return;
+    uint32_t quiet = s->period - 2;
+    uint32_t due = s->gap > s->since + 2 ? s->gap - s->since - 2 : 0;
+    STORE(s->quiet_left, quiet < due ? quiet : due);
 }
 
 int cp_adapt_choose(size_t n, const void *addr)
@@ -265,22 +339,35 @@ int cp_adapt_choose(size_t n, const void *addr)
     if (n < __atomic_load_n(&band_lo, __ATOMIC_RELAXED) ||
         n >= __atomic_load_n(&band_hi, __ATOMIC_RELAXED))
         return -1;
+    int cls = size_class(n);
+    int ctx = is_recent(addr, n);
+    struct ctx_state *s = &table[cls][ctx];
+    uint32_t quiet = LOAD(s->quiet_left);
+    if (quiet && !LOAD(cycle.on)) {
+        /* Settled: the current arm, untimed, no lock. */
+        STORE(s->quiet_left, quiet - 1);
+        STORE(s->quiet_calls, LOAD(s->quiet_calls) + 1);
+        return ticket_of(cls, 0, 0, ctx, LOAD(s->cur)) | CP_ADAPT_UNTIMED;
+    }
     if (pthread_mutex_trylock(&lock) != 0)
         return -1;              /* another thread is choosing: static, unrecorded */
     if (!enabled || n < params.lo || n >= params.hi) {  /* changed meanwhile */
         pthread_mutex_unlock(&lock);
         return -1;
     }
-    int cls = size_class(n);
-    int ctx = is_recent(addr, n);
-    struct ctx_state *s = &table[cls][ctx];
     if (!s->init) {
         s->init = 1;
         s->cur = n >= params.nt_min ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
         s->gap = params.explore_min;
         s->prev = -1;
+        s->use_ref = -1;
+        size_t period = params.sample_bytes / n;
+        s->period = period < 1 ? 1 : period > PERIOD_MAX ? PERIOD_MAX : (uint32_t)period;
     }
-    s->calls++;
+    uint32_t ran = LOAD(s->quiet_calls);    /* untimed calls since the lock last looked */
+    STORE(s->quiet_calls, 0);
+    s->calls += ran + 1;
+    s->since += ran;
     int other = !s->cur, explore;
     if (s->burst_left) {
         s->burst_left--;        /* the rest of an exploration */
@@ -318,7 +405,7 @@ int cp_adapt_choose(size_t n, const void *addr)
     }
     s->prev = arm;
     pthread_mutex_unlock(&lock);
-    return cls << 5 | kind << 3 | explore << 2 | ctx << 1 | arm;
+    return ticket_of(cls, kind, explore, ctx, arm);
 }
 
 /* The median of the last k of n samples (the lower middle when k is even:
@@ -362,11 +449,63 @@ static int observe(struct arm_state *a, uint64_t now, double x, int exploited)
     return fresh || x > before * SURPRISE || x * SURPRISE < before;
 }
 
-void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
+/* The program's time after a clear of the arm, ns per byte (already
+ * capped): the median of the latest, as the clear's own estimate is. */
+static void observe_use(struct arm_state *a, double u, int exploited)
 {
-    if (ticket < 0 || n == 0)
+    if (a->nuse == WINDOW) {
+        memmove(a->use, a->use + 1, (WINDOW - 1) * sizeof a->use[0]);
+        a->nuse--;
+    }
+    a->use[a->nuse++] = u;
+    a->use_est = median(a->use, a->nuse, exploited ? WINDOW : EXPLORED_WINDOW);
+}
+
+/* The cycle, if one is open, closes at `start` (this call's start): the
+ * program's time from the end of the last timed steady clear to the next
+ * band clear is that clear's arm's use cost.  Returns 1 when one closed. */
+static int close_cycle(uint64_t start)
+{
+    if (!cycle.on)
+        return 0;
+    STORE(cycle.on, 0);
+    if (start < cycle.end)
+        return 1;               /* clocks of two CPUs disagree: no sample */
+    struct ctx_state *s = &table[cycle.cls][cycle.ctx];
+    if (!s->init)
+        return 1;
+    double u = (double)(start - cycle.end) / (double)cycle.n;
+    double cap = params.use_factor * cycle.x;
+    struct arm_state *a = &s->arm[cycle.arm];
+    observe_use(a, u < cap ? u : cap, cycle.mine);
+    if (cycle.mine && cycle.arm == s->cur && s->use_ref >= 0 && a->nuse >= EXPLORED_WINDOW
+        && fabs(a->use_est - s->use_ref) * USE_CHANGE > a->est + s->use_ref) {
+        /* What the program does after the clear changed (a pool's pages
+         * now padded and read, or no longer): the other arm's use is
+         * measured again, soon, before the two are compared whole. */
+        s->arm[!cycle.arm].nuse = 0;
+        s->use_ref = -1;
+        s->confirmed = 0;
+        if (s->gap > s->since + params.explore_min)
+            s->gap = s->since + params.explore_min;
+        STORE(s->quiet_left, 0);
+    }
+    return 1;
+}
+
+/* Settled (see maybe_quiet), whatever the cycle. */
+static int is_settled(const struct ctx_state *s)
+{
+    int cur = s->cur;
+    return s->period > 2 && !s->burst_left && !s->ramp_on && !s->rechecked
+           && s->confirmed && s->arm[cur].samples >= WINDOW && s->arm[!cur].samples;
+}
+
+static void record(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns, int span)
+{
+    if (ticket < 0 || n == 0 || ticket & CP_ADAPT_UNTIMED)
         return;
-    int cls = ticket >> 5, kind = ticket >> 3 & 3, explored = ticket >> 2 & 1;
+    int cls = ticket >> 6, kind = ticket >> 3 & 3, explored = ticket >> 2 & 1;
     int ctx = ticket >> 1 & 1, arm = ticket & 1;
     if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
         return;
@@ -375,6 +514,9 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
         pthread_mutex_unlock(&lock);
         return;
     }
+    s->timed++;
+    int closer = span ? close_cycle(start_ns) : (STORE(cycle.on, 0), 0);
+    uint64_t elapsed_ns = end_ns - start_ns;
     double x = (double)elapsed_ns / (double)n;
     if (explored && arm != s->cur) {
         /* A burst goes on while its clears still get faster (the cache
@@ -414,10 +556,14 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
         pthread_mutex_unlock(&lock);
         return;
     }
-    int surprise = observe(&s->arm[arm], s->calls, x, arm == s->cur);
+    int mine = arm == s->cur;
+    int surprise = observe(&s->arm[arm], s->calls, x, mine);
     int cur = s->cur, other = !cur;
     if (s->arm[cur].samples && s->arm[other].samples) {
-        double c = s->arm[cur].est, o = s->arm[other].est;
+        /* Whole cost: the clear and, where both arms have one, the use. */
+        int whole = s->arm[cur].nuse && s->arm[other].nuse;
+        double c = s->arm[cur].est + (whole ? s->arm[cur].use_est : 0);
+        double o = s->arm[other].est + (whole ? s->arm[other].use_est : 0);
         double h = 1.0 + params.hysteresis_ppm * 1e-6;
         /* Switch when the other arm is faster by the hysteresis, the
          * current arm's latest clears agree (the slow clears right after
@@ -426,7 +572,7 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
          * for refilling the cache on the way (the first clears of an
          * ordinary-store arm after streaming ones). */
         struct arm_state *ca = &s->arm[cur], *oa = &s->arm[other];
-        double recent = ca->nwin ? median(ca->win, ca->nwin, 3) : c;
+        double recent = ca->nwin ? median(ca->win, ca->nwin, 3) + (whole ? ca->use_est : 0) : c;
         double into = oa->ntrans ? oa->trans : o;
         double refill = into > o ? (s->burst_len > 1 ? s->burst_len - 1 : 1) * (into - o) / 2 : 0;
         if (o * h < c && (arm != cur || recent > o * h) && (c - o) * AMORTIZE > refill) {
@@ -434,6 +580,8 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
              * the samples that made it look worse (a burst of interrupts,
              * or the workload before a change) do not hold it back. */
             s->arm[cur].restart = 1;
+            s->arm[cur].nuse = 0;
+            s->use_ref = -1;
             s->cur = other;
             s->switches++;
             s->confirmed = 0;
@@ -452,6 +600,7 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
             s->rechecked = 0;
             if (s->confirmed < 31)
                 s->confirmed++;
+            s->use_ref = ca->nuse ? ca->use_est : -1;
             uint64_t gap = (uint64_t)params.explore_min << s->confirmed;
             if (gap > params.explore_max)
                 gap = params.explore_max;
@@ -473,7 +622,24 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
             s->gap = (uint32_t)gap;
         }
     }
+    /* A steady sample opens a cycle, unless it closed one and the context
+     * is settled: then the next calls run untimed. */
+    if (span && !(closer && is_settled(s))) {
+        cycle = (struct cycle){0, cls, ctx, arm, mine, n, end_ns, x};
+        STORE(cycle.on, 1);
+    }
+    maybe_quiet(s);
     pthread_mutex_unlock(&lock);
+}
+
+void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns)
+{
+    record(n, ticket, start_ns, end_ns >= start_ns ? end_ns : start_ns, 1);
+}
+
+void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns)
+{
+    record(n, ticket, 0, elapsed_ns, 0);
 }
 
 int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
@@ -496,17 +662,21 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
             out->samples[i] = s->arm[i].samples;
             out->transition_ns_per_byte[i] = s->arm[i].ntrans ? s->arm[i].trans : 0.0;
         }
-        out->calls = s->calls;
+        out->calls = s->calls + LOAD(s->quiet_calls);
         out->explorations = s->explorations;
         out->switches = s->switches;
         out->gap = s->gap;
+        out->timed = s->timed;
+        out->period = s->period;
+        for (int i = 0; i < 2; i++)
+            out->use_ns_per_byte[i] = s->arm[i].nuse ? s->arm[i].use_est : 0.0;
     }
     pthread_mutex_unlock(&lock);
     return have;
 }
 
 static const struct cp_adapt_api api = {
-    cp_adapt_choose, cp_adapt_record, cp_adapt_now_ns,
+    cp_adapt_choose, cp_adapt_record, cp_adapt_now_ns, cp_adapt_record_span,
 };
 
 const struct cp_adapt_api *cp_adapt_api(void)

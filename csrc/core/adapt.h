@@ -1,18 +1,22 @@
 /*
  * auto that follows the workload: in a band of sizes where the temporal
  * and the streaming routine each win in turn (a buffer still in the cache
- * against one that is not), the caller times its own clears and this
- * learner chooses between the two, per size class, from the observed time
- * per byte.
+ * against one that is not; a buffer the program reads next against one it
+ * does not), the caller times its own clears and this learner chooses
+ * between the two, per size class and kind of buffer, from the observed
+ * cost per byte: the clear's own time and what the program spent before
+ * it cleared that kind of buffer again.
  *
- * A per-call path asks cp_adapt_choose(n, addr) for a ticket, runs the arm
- * it names between two cp_adapt_now_ns() reads, and hands the elapsed time
- * to cp_adapt_record(n, ticket, ns).  A negative ticket means "not mine":
- * run the static choice and record nothing.  Outside the band that is one
- * comparison and no lock; inside it a try-lock, never a wait: a call that
- * finds the learner busy gets the static choice.
+ * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
+ * arm it names (ticket & 1).  Unless the ticket has CP_ADAPT_UNTIMED, it
+ * reads cp_adapt_now_ns() before and after the clear and hands both to
+ * cp_adapt_record_span(n, ticket, start, end).  A negative ticket means
+ * "not mine": run the static choice and record nothing.  Outside the band
+ * that is one comparison and no lock; inside it, once an arm is settled,
+ * most calls are untimed and take no lock either; the others a try-lock,
+ * never a wait: a call that finds the learner busy gets the static choice.
  *
- * The learning is a pure function of the (n, addr, elapsed) sequence, so
+ * The learning is a pure function of the (n, addr, times) sequence, so
  * tests drive choose/record with synthetic times.
  */
 #ifndef CLEARPAGES_ADAPT_H
@@ -26,6 +30,7 @@
 enum {
     CP_ADAPT_TEMPORAL = 0,      /* ticket & 1: ordinary stores */
     CP_ADAPT_STREAMING = 1,     /* ticket & 1: non-temporal stores */
+    CP_ADAPT_UNTIMED = 32,      /* ticket & this: run the arm; no clock, no record */
     CP_ADAPT_CLASSES = 64,      /* size class: floor(log2(n)) */
     CP_ADAPT_CONTEXTS = 2       /* 0: other buffers, 1: cleared again soon */
 };
@@ -42,6 +47,10 @@ struct cp_adapt_params {
     uint32_t recency_shift;     /* each sample weighs 1/2**shift */
     uint32_t stale_calls;       /* an arm unseen this long is re-measured, not averaged */
     uint32_t explore_burst;     /* calls per exploration, the last one timed (>= 2) */
+    size_t sample_bytes;        /* once settled, one call in max(1, sample_bytes / n)
+                                   is timed (with the call after it); 0: every call */
+    uint32_t use_factor;        /* the program's time between two clears of a kind
+                                   counts up to this many times the clear's own */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
@@ -50,8 +59,12 @@ struct cp_adapt_stat {
     double ns_per_byte[2];      /* recency-weighted estimate per arm; 0: none */
     double transition_ns_per_byte[2];   /* first call after the other arm; 0: none */
     uint64_t samples[2];
+    double use_ns_per_byte[2];  /* the program's time after a clear of the arm,
+                                   until the next clear of this kind; 0: none */
     uint64_t calls, explorations, switches;
+    uint64_t timed;             /* calls timed (the others ran untimed, settled) */
     uint32_t gap;               /* calls between explorations now */
+    uint32_t period;            /* settled: one timed sample every `period` calls */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
@@ -69,7 +82,11 @@ void cp_adapt_enable(int on);
  * when busy (run the static choice, record nothing); else ticket & 1 is the
  * arm (CP_ADAPT_TEMPORAL or CP_ADAPT_STREAMING). */
 int cp_adapt_choose(size_t n, const void *addr);
-/* The clear of n bytes with that ticket took elapsed_ns. */
+/* The clear of n bytes with that ticket ran from start_ns to end_ns
+ * (cp_adapt_now_ns readings): its time, and where it closes one, the time
+ * the program spent since the last clear of its size class and kind. */
+void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns);
+/* The same with the clear's time alone (no time between clears is learned). */
 void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns);
 /* CLOCK_MONOTONIC in ns (the vDSO: no system call). */
 uint64_t cp_adapt_now_ns(void);
@@ -83,6 +100,7 @@ struct cp_adapt_api {
     int (*choose)(size_t n, const void *addr);
     void (*record)(size_t n, int ticket, uint64_t elapsed_ns);
     uint64_t (*now_ns)(void);
+    void (*record_span)(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns);
 };
 const struct cp_adapt_api *cp_adapt_api(void);
 

@@ -99,7 +99,8 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
         if (ticket >= 0)
             idx = d.arms[ticket & CP_ADAPT_STREAMING];
     }
-    uint64_t t0 = ticket >= 0 ? nat.adapt->now_ns() : 0;
+    int timed = ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED);
+    uint64_t t0 = timed ? nat.adapt->now_ns() : 0;
     int rc;
     if (d.threads == 1 && n <= d.unit) {
         rc = call_routine(idx, dst, n);
@@ -114,8 +115,8 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
         rc = run_job(job, idx, d.threads, d.unit, n);
         nat.job_free(job);
     }
-    if (ticket >= 0 && rc == 0)
-        nat.adapt->record(n, ticket, nat.adapt->now_ns() - t0);
+    if (timed && rc == 0)
+        nat.adapt->record_span(n, ticket, t0, nat.adapt->now_ns());
     return rc;
 }
 
