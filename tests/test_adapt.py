@@ -283,6 +283,152 @@ def test_threads_never_wait_and_never_break_it(learner):
 
 
 
+# ---- whole programs: sampled timing, buffers told apart, the use cost ------
+
+UNTIMED = lib.CP_ADAPT_UNTIMED
+
+
+class Program:
+    """A program of clears and uses on a synthetic clock: each clear costs
+    n * ns_per_byte[arm], and what the program does after it ``use`` ns
+    (per arm: streaming leaves the buffer in memory for the next reads).
+    Calls record_span as the native entry does, and skip untimed tickets."""
+
+    def __init__(self, seed: int = 5, noise: float = 0.03):
+        self.rng = random.Random(seed)
+        self.noise = noise
+        self.now = 1_000_000
+        self.arms: list[int] = []
+        self.timed = 0
+        self.spent = 0.0
+
+    def step(self, n: int, addr: int, cost, use=(0.0, 0.0)) -> int:
+        ticket = lib.cp_adapt_choose(n, ffi.cast("void *", addr))
+        arm = S if ticket < 0 else ticket & 1
+        t = n * cost[arm] * (1 + self.rng.uniform(-self.noise, self.noise))
+        start = self.now
+        self.now += int(t)
+        if ticket >= 0 and not ticket & UNTIMED:
+            self.timed += 1
+            lib.cp_adapt_record_span(n, ticket, start, self.now)
+        u = use[arm] * (1 + self.rng.uniform(-self.noise, self.noise))
+        self.now += int(u) + 200      # the program's work, and its loop
+        self.arms.append(arm)
+        self.spent += t + u
+        return arm
+
+    def share(self, arm: int, start: int, stop: int | None = None) -> float:
+        got = self.arms[start:stop]
+        return got.count(arm) / len(got)
+
+
+def test_settled_calls_are_mostly_untimed(learner):
+    """Once an arm is settled, a timed pair every sample_bytes of clears:
+    at 16 KiB with 4 MiB, about 2 calls in 256 (plus the explorations)."""
+    learner(lo=16 * KiB, nt_min=32 * KiB, sample_bytes=4 * MiB)
+    prog = Program()
+    n = 16 * KiB
+    for _ in range(20_000):
+        prog.step(n, 0x7F0000000000, WARM)
+    assert prog.share(T, 200) > 0.97
+    assert prog.timed < 20_000 * 0.05, prog.timed
+    st = ffi.new("struct cp_adapt_stat *")
+    assert lib.cp_adapt_stat(14, 1, st) == 1     # the first call was not "recent"
+    assert st.calls == 19_999 and st.period == 256 and st.timed == prog.timed - 1
+
+
+def test_every_call_is_timed_with_sampling_off(learner):
+    learner(lo=16 * KiB, sample_bytes=0)
+    prog = Program()
+    for _ in range(2000):
+        prog.step(64 * KiB, 0x7F0000000000, WARM)
+    assert prog.timed == 2000
+
+
+def test_a_hot_buffer_and_cold_pool_pages_learn_apart(learner):
+    """A scratch buffer cleared between pool pages of the same size, with
+    hundreds of distinct pages between two of its clears in the table's
+    reach: it keeps ordinary stores, the pages stream."""
+    learner(lo=16 * KiB, nt_min=32 * KiB, reuse=32 * MiB)
+    prog = Program(seed=9)
+    n = 64 * KiB
+    hot = 0x7F0000000000
+    arms = {"hot": [], "pool": []}
+    for i in range(6000):
+        arms["hot"].append(prog.step(n, hot, WARM, use=(2000, 6000)))
+        page = 0x7E0000000000 + (i % 4096) * n       # a 256 MiB pool, walked
+        arms["pool"].append(prog.step(n, page, COLD))
+    hot_t = arms["hot"][500:].count(T) / len(arms["hot"][500:])
+    pool_s = arms["pool"][500:].count(S) / len(arms["pool"][500:])
+    assert hot_t > 0.97 and pool_s > 0.97, (hot_t, pool_s)
+
+
+def test_cold_then_used_prefers_the_whole_cost(learner):
+    """Cold buffers, each read right after its clear: streaming clears
+    faster (COLD) but the reads then come from memory; ordinary stores
+    leave the buffer cached.  By clear + use, ordinary stores win."""
+    learner(lo=16 * KiB, nt_min=32 * KiB)
+    n = 1 * MiB
+    prog = Program(seed=2)
+    read_cached, read_memory = 25_000, 90_000     # ns: the program's reads
+    for i in range(3000):
+        prog.step(n, 0x7E0000000000 + (i % 512) * n, COLD,
+                  use=(read_cached, read_memory))
+    assert prog.share(T, 500) > 0.95
+
+
+def test_cold_clear_only_still_streams(learner):
+    learner(lo=16 * KiB, nt_min=32 * KiB)
+    n = 1 * MiB
+    prog = Program(seed=3)
+    for i in range(3000):
+        prog.step(n, 0x7E0000000000 + (i % 512) * n, COLD)
+    assert prog.share(S, 200) > 0.97
+
+
+def test_unrelated_work_between_clears_does_not_outvote_the_clear(learner):
+    """A long, noisy stretch of other work between two clears (1000x the
+    clear, +-30%) counts only up to use_factor clears of each arm: the
+    faster clear still wins."""
+    learner(lo=16 * KiB, nt_min=32 * KiB)
+    n = 256 * KiB
+    prog = Program(seed=4)
+    rng = random.Random(1)
+    for i in range(4000):
+        big = n * COLD[T] * 1000 * rng.uniform(0.7, 1.3)
+        prog.step(n, 0x7E0000000000 + (i % 2048) * n, COLD, use=(big, big))
+    assert prog.share(S, 500) > 0.95
+
+
+def test_a_change_of_use_is_followed(learner):
+    """The same cold pool, first padded and read after each clear, then
+    only cleared: the arm follows the program, not the clear alone."""
+    learner(lo=16 * KiB, nt_min=32 * KiB)
+    n = 1 * MiB
+    prog = Program(seed=6)
+    pool = [0x7E0000000000 + i * n for i in range(512)]
+    for i in range(3000):
+        prog.step(n, pool[i % 512], COLD, use=(25_000, 90_000))
+    assert prog.share(T, 2000, 3000) > 0.95
+    start = len(prog.arms)
+    for i in range(3000):
+        prog.step(n, pool[i % 512], COLD)
+    assert prog.share(S, start + 1000) > 0.95
+
+
+@pytest.mark.parametrize("l2", [512 * KiB, 1 * MiB, 2 * MiB])
+def test_band_runs_from_16_kib_to_4x_the_l3(l2):
+    """Wherever temporal and streaming stores trade places, not from the L2."""
+    from clearpages import _cpu, _policy
+
+    c = _cpu.CPU(vendor="AuthenticAMD", family=25, model=17, brand="synthetic",
+                 features=frozenset({"erms", "fsrm", "avx2", "sse2", "osxsave"}),
+                 l1d=32 * KiB, l2=l2, l3=32 * MiB, cores=2, is_x86=True)
+    th = _policy.with_adaptive_band(c, _policy.default_thresholds(
+        c, frozenset(("rep_stosb", "avx2_nt", "libc"))))
+    assert (th.adapt_min, th.adapt_max) == (16 * KiB, 128 * MiB)
+
+
 # ---- wired into clear(), plan() and the configuration -----------------------
 
 needs_band = pytest.mark.skipif(
