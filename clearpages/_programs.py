@@ -91,6 +91,7 @@ def case_name(workload: str, scenario: str) -> str:
 
 
 def goal_for(workload: str, scenario: str, name: str = AUTO) -> float:
+    """auto's goal in a case (hot=False has none: it is shown, not judged)."""
     if name == HOT:
         return GOAL_WORD
     if workload in USED and scenario == _measure.COLD:
@@ -419,6 +420,8 @@ def _fmt(cell: Cell, name: str = AUTO) -> str:
     if name not in cell.times:
         return "-"
     q1, q3 = cell.spread(name)
+    if name == NOT_SOON:        # no goal: it says what streaming costs here
+        return "%.2f [%.2f-%.2f]" % (cell.ratio(name), q1, q3)
     v = cell.verdict(name)
     mark = "" if v == "ok" else " ~" if v == "noise" else " MISS"
     return "%.2f [%.2f-%.2f]%s" % (cell.ratio(name), q1, q3, mark)
