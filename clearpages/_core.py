@@ -62,7 +62,7 @@ def adaptive() -> bool:
 
 if TYPE_CHECKING:
     def clear(buf: Any, *, method: Method = "auto", threads: Threads = 1,
-              hot: tuple[int, int] | None = None) -> None:
+              hot: tuple[int, int] | bool | None = None) -> None:
         """Zero every byte of a writable buffer."""
 
     def clear_many(bufs: Iterable[Any], *, method: Method = "auto",
@@ -157,15 +157,18 @@ def _check_runnable(method: str) -> None:
         _dispatch.state().check("method=%r" % method, method)
 
 
-def _check_hot(hot: Any, n: int) -> tuple[int, int]:
+def _check_hot(hot: Any, n: int) -> tuple[int, int] | bool:
+    if hot is True or hot is False:
+        return hot
     try:
         start, stop = hot
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
     except (TypeError, ValueError):
         ok = False
     if not ok or not 0 <= start <= stop <= n:
-        raise ValueError("hot must be a (start, stop) pair of ints with "
-                         "0 <= start <= stop <= %d (the buffer's size), not %r" % (n, hot))
+        raise ValueError("hot must be True (all of it is used next), False (not soon), "
+                         "or a (start, stop) pair of ints with 0 <= start <= stop <= %d "
+                         "(the buffer's size), not %r" % (n, hot))
     return int(start), int(stop)
 
 
@@ -350,7 +353,7 @@ def thresholds() -> _policy.Thresholds:
 
 
 def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
-         hot: tuple[int, int] | None = None) -> _policy.Plan:
+         hot: tuple[int, int] | bool | None = None) -> _policy.Plan:
     """What method="auto" does for nbytes (an int or a size such as "1G") in
     count pieces, with the same defaults as clear() (with hot=: the routine
     of the rest, and of the hot range in ``.hot_method``).  The native
@@ -366,11 +369,12 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
         hot = _check_hot(hot, nbytes)
     st = _dispatch.state()
     d = _policy.Decision(*_fast.decide(nbytes, count, threads, "auto",
-                                       None if hot is None else hot[1] - hot[0]))
+                                       hot if hot is None or isinstance(hot, bool)
+                                       else hot[1] - hot[0]))
     p = _policy.explain(st.thresholds, d, nbytes, count, threads=threads,
                         forced=st.forced, hot=hot)
     if hot is not None:
-        learned = "not adaptive: hot= is never overridden"
+        learned = "not adaptive: hot= is the program's word, never overridden"
     elif not d.adaptive and (count > 1 or d.threads > 1):
         learned = "not adaptive: only single clears on one thread are timed"
     else:

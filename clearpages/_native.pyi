@@ -63,6 +63,10 @@ class _Lib:
     CP_POLICY_NONE: int
     CP_POLICY_THREADS_AUTO: int
     CP_POLICY_MIN_UNIT: int
+    CP_POLICY_HOT_NONE: int
+    CP_POLICY_HOT_RANGE: int
+    CP_POLICY_HOT_ALL: int
+    CP_POLICY_NOT_SOON: int
     CP_REGION_NORMAL: int
     CP_REGION_THP: int
     CP_REGION_HUGETLB: int

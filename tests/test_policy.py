@@ -318,3 +318,25 @@ def test_plan_is_the_native_policys(config, env):
                     p.method, p.threads, p.chunk, p.reason), (n, count, threads)
                 assert 1 <= p.threads <= _fast.MAX_THREADS
                 assert p.chunk % (4 * KiB) == 0
+
+
+def test_whole_buffer_words():
+    """hot=True: ordinary stores over all of it up to half the L3, then a hot
+    tail that long after a streamed head; hot=False: streaming over all of
+    it, at every size, never learned."""
+    th = _policy.with_adaptive_band(ZEN4, _policy.default_thresholds(ZEN4, ALL))
+    assert th.hot_max == 16 * MiB
+    for n in (16 * KiB, 1 * MiB, 16 * MiB):
+        p = _policy.decide(ZEN4, th, n, hot=True)
+        assert p.method == p.hot_method == th.temporal, n
+        assert "hot=True" in p.reason
+    p = _policy.decide(ZEN4, th, 64 * MiB, hot=True)
+    assert (p.method, p.hot_method) == (th.streaming, th.temporal)
+    assert "last 16 MiB" in p.reason
+    for n in (4 * KiB, 64 * KiB, 1 * GiB):
+        p = _policy.decide(ZEN4, th, n, hot=False)
+        assert p.method == th.streaming and p.hot_method is None, n
+    d = _policy.decision(_policy.native_policy(ZEN4, th, adapt=(th.adapt_min, th.adapt_max)),
+                         64 * KiB, hot_nbytes=False)
+    assert not d.adaptive
+    assert _policy.decide(ZEN4, th, 1 * MiB, hot=False, forced="libc").method == "libc"

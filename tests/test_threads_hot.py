@@ -188,6 +188,68 @@ def _hot_events(events):
             assert events[0][1] == method
 
 
+# ---- hot=True ("I will use all of this next") and hot=False ("not soon") ----
+
+def _ran(fn):
+    """The (routine, nbytes) of every routine call and job slice of fn()."""
+    events = []
+
+    def watch(where, routine, nbytes):
+        if where in ("call", "slice"):
+            events.append((routine, nbytes))
+
+    _fast._set_debug_hook(watch)
+    try:
+        fn()
+    finally:
+        _fast._set_debug_hook(None)
+    return events
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n, offset", [(1, 0), (3 * 4096 + 17, 5), (1 * MiB + 1, 63)])
+def test_whole_buffer_words_clear_every_byte(any_method, n, offset, threads):
+    for hot in (True, False):
+        whole, view, start = guarded(np, n, offset)
+        cp.clear(view, method=any_method, threads=threads, hot=hot)
+        check_guarded(np, whole, start, n)
+
+
+def test_hot_true_is_ordinary_stores_up_to_hot_max_then_a_hot_tail():
+    th = cp.thresholds()
+    n = 64 * 1024
+    buf = bytearray(b"\x03" * n)
+    ran = _ran(lambda: cp.clear(buf, hot=True))
+    assert not any(buf)
+    assert len(ran) == 1 and BY_NAME[ran[0][0]].temporal and ran[0][1] == n
+    assert cp.plan(n, hot=True).method == ran[0][0]
+    assert "hot=True" in cp.plan(n, hot=True).reason
+    if th.hot_max < 48 * MiB:
+        n = th.hot_max + 2 * MiB
+        big = bytearray(b"\x03" * n)
+        ran = _ran(lambda: cp.clear(big, hot=True))
+        assert not any(big)
+        assert ran[-1][1] == th.hot_max and BY_NAME[ran[-1][0]].temporal
+        assert ran[0][0] == th.streaming or th.streaming == th.temporal
+        assert _fast.decide(n, 1, 1, "auto", True)[6] == th.hot_max
+        p = cp.plan(n, hot=True)
+        assert (p.method, p.hot_method) == (ran[0][0], ran[-1][0])
+
+
+def test_hot_false_streams_it_all_and_is_never_learned():
+    th = cp.thresholds()
+    n = max(th.adapt_min, 64 * 1024)
+    buf = bytearray(b"\x04" * n)
+    ran = _ran(lambda: [cp.clear(buf, hot=False) for _ in range(5)])
+    assert not any(buf)
+    assert {r for r, _ in ran} == {th.streaming}
+    assert cp.plan(n, hot=False).method == th.streaming
+    assert "not used soon" in cp.plan(n, hot=False).reason
+    assert "never overridden" in cp.plan(n, hot=False).learned
+    ran = _ran(lambda: cp.clear(buf, hot=False, method="libc"))
+    assert ran == [("libc", n)]
+
+
 # ---- the GIL and Ctrl-C -----------------------------------------------------
 
 def test_other_threads_run_while_clearing():

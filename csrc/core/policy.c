@@ -71,7 +71,23 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
     out->arms[CP_ADAPT_STREAMING] = p->streaming;
     out->adaptive = 0;
     out->hot_routine = CP_POLICY_NONE;
+    out->hot_nbytes = 0;
+    if (hot == CP_POLICY_NOT_SOON) {
+        /* Not used soon: the routine of a hot= clear's rest, over it all. */
+        out->routine = p->forced >= 0 ? p->forced
+                     : method == CP_POLICY_AUTO ? p->streaming : method;
+        out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, nbytes) : threads;
+        out->unit = unit_for(p, nbytes, out->threads);
+        return;
+    }
+    if (hot == CP_POLICY_HOT_ALL) {
+        /* All of it is used next: what can stay in the cache beside the
+         * program's other data (hot_max) is the hot range, at the end, so
+         * that it is cleared last; the head before it streams. */
+        hot_nbytes = nbytes < p->hot_max ? nbytes : p->hot_max;
+    }
     if (hot) {
+        out->hot_nbytes = hot_nbytes;
         /* The rest streams (it is not read again soon); the hot range gets
          * ordinary stores, so it is in cache when the caller touches it. */
         size_t cold = nbytes - hot_nbytes;

@@ -23,7 +23,12 @@ enum {
     CP_POLICY_AUTO = -1,        /* method: "auto" */
     CP_POLICY_NONE = -1,        /* no such routine (forced, long, hot) */
     CP_POLICY_THREADS_AUTO = 0, /* threads: "auto" */
-    CP_POLICY_MIN_UNIT = 4096   /* the smallest unit of work: a page */
+    CP_POLICY_MIN_UNIT = 4096,  /* the smallest unit of work: a page */
+    /* hot: what the program said of the buffer */
+    CP_POLICY_HOT_NONE = 0,     /* nothing: auto */
+    CP_POLICY_HOT_RANGE = 1,    /* hot=(start, stop): hot_nbytes cleared last, hot */
+    CP_POLICY_HOT_ALL = 2,      /* hot=True: all of it is used next */
+    CP_POLICY_NOT_SOON = 3      /* hot=False: none of it is used soon */
 };
 
 struct cp_policy {
@@ -39,6 +44,7 @@ struct cp_policy {
     int max_threads;            /* the thresholds' cap, 0: none */
     int cores;                  /* CPUs this process may run on */
     size_t adapt_lo, adapt_hi;  /* single auto clears lo <= n < hi ask the learner */
+    size_t hot_max;             /* hot=True: at most this tail is cleared hot */
 };
 
 struct cp_decision {
@@ -46,6 +52,7 @@ struct cp_decision {
     int threads;
     size_t unit;                /* one direct call up to this on one thread */
     int hot_routine;            /* the hot range's routine, CP_POLICY_NONE without one */
+    size_t hot_nbytes;          /* the hot range's length (hot=True: the tail's) */
     int adaptive;               /* 1: the learner chooses and the clear is timed */
     int arms[2];                /* the learner's routines: [CP_ADAPT_TEMPORAL],
                                    [CP_ADAPT_STREAMING] */
@@ -53,8 +60,11 @@ struct cp_decision {
 
 /* The decision for nbytes in count pieces (count 0: as 1).  method: a
  * routine index or CP_POLICY_AUTO; threads: 1..CP_MAX_THREADS or
- * CP_POLICY_THREADS_AUTO; hot: 1 when hot_nbytes of the nbytes are a hot
- * range (one buffer), cleared last with ordinary stores. */
+ * CP_POLICY_THREADS_AUTO; hot: CP_POLICY_HOT_RANGE when hot_nbytes of the
+ * nbytes are a hot range (one buffer), cleared last with ordinary stores;
+ * CP_POLICY_HOT_ALL (the range is the tail, all of it up to hot_max) or
+ * CP_POLICY_NOT_SOON (streaming over all of it, never learned) when the
+ * program said so of the whole buffer. */
 void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
                       int method, int threads, int hot, size_t hot_nbytes,
                       struct cp_decision *out);

@@ -201,10 +201,11 @@ PyObject *fast_set_debug_hook(PyObject *self, PyObject *hook)
     Py_RETURN_NONE;
 }
 
-/* decide(nbytes, count=1, threads=1, method="auto", hot_nbytes=None) ->
- * (routine, threads, unit, hot routine or None, adaptive, (temporal arm,
- * streaming arm)): what a call over nbytes in count pieces runs, from the
- * policy every call follows.  plan() reports it. */
+/* decide(nbytes, count=1, threads=1, method="auto", hot=None) -> (routine,
+ * threads, unit, hot routine or None, adaptive, (temporal arm, streaming
+ * arm), hot range's length): what a call over nbytes in count pieces runs,
+ * from the policy every call follows; hot: None, True, False or the hot
+ * range's length.  plan() reports it. */
 PyObject *fast_decide(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -220,7 +221,13 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         return NULL;
     }
     unsigned long long hot_n = 0;
-    if (hot != Py_None) {
+    int word = hot == Py_None ? CP_POLICY_HOT_NONE : hot == Py_True ? CP_POLICY_HOT_ALL
+             : hot == Py_False ? CP_POLICY_NOT_SOON : CP_POLICY_HOT_RANGE;
+    if ((word == CP_POLICY_HOT_ALL || word == CP_POLICY_NOT_SOON) && count != 1) {
+        PyErr_SetString(PyExc_ValueError, "decide: hot= applies to one buffer");
+        return NULL;
+    }
+    if (word == CP_POLICY_HOT_RANGE) {
         hot_n = PyLong_AsUnsignedLongLong(hot);
         if (PyErr_Occurred())
             return NULL;
@@ -230,12 +237,12 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         }
     }
     struct cp_decision d;
-    decide((size_t)n, (size_t)count, idx, t, hot != Py_None, (size_t)hot_n, &d);
-    return Py_BuildValue("(OinOO(OO))", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
+    decide((size_t)n, (size_t)count, idx, t, word, (size_t)hot_n, &d);
+    return Py_BuildValue("(OinOO(OO)n)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
                          d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
                          cfg.r[d.arms[CP_ADAPT_TEMPORAL]].name,
-                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name);
+                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes);
 }
 
 PyObject *fast_settings(PyObject *self, PyObject *unused)

@@ -44,6 +44,11 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     }
     if (!hot) {
         rc = clear_extent(base, n, idx, nthreads);
+    } else if (hot == Py_True || hot == Py_False) {
+        /* The program's word for the whole buffer: all of it used next, or
+         * none of it soon. */
+        rc = clear_whole(base, n, idx, nthreads,
+                         hot == Py_True ? CP_POLICY_HOT_ALL : CP_POLICY_NOT_SOON);
     } else {
         Py_ssize_t start, stop;
         if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != 2

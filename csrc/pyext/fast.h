@@ -139,6 +139,7 @@ int call_debug_hook(const char *where, int idx, size_t n);
 int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total);
 int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
+int clear_whole(char *base, size_t n, int idx, int threads, int word);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
 
 /* ---- the module's functions (entries.c, config.c) ------------------------------ */

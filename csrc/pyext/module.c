@@ -36,7 +36,8 @@ static PyMethodDef module_methods[] = {
      "clear(buf, *, method=\"auto\", threads=1, hot=None)\n--\n\n"
      "Zero every byte of a writable buffer.\n\n"
      "method: \"auto\" or a name from clearpages.methods() (\"discard\" for a\n"
-     "Region).  threads: an int >= 1 or \"auto\".  hot: a (start, stop) byte\n"
+     "Region).  threads: an int >= 1 or \"auto\".  hot: True (all of it is used\n"
+     "next: ordinary stores), False (not soon: streaming), or a (start, stop) byte\n"
      "range cleared last with ordinary stores, so it is in cache when the\n"
      "caller touches it; the rest is cleared with streaming stores."},
     {"clear_many", (PyCFunction)(void (*)(void))fast_clear_many, FASTCALL_KW,
@@ -69,9 +70,11 @@ static PyMethodDef module_methods[] = {
      "buffers held: 'acquired', before every job slice ('slice') and direct\n"
      "call ('call'); tests watch and inject failures with it."},
     {"decide", fast_decide, METH_VARARGS,
-     "decide(nbytes, count=1, threads=1, method='auto', hot_nbytes=None) -> (routine,\n"
-     "threads, unit, hot routine, adaptive, (temporal arm, streaming arm)): what\n"
-     "a call runs, from the policy every call follows."},
+     "decide(nbytes, count=1, threads=1, method='auto', hot=None) -> (routine,\n"
+     "threads, unit, hot routine, adaptive, (temporal arm, streaming arm),\n"
+     "hot range's length): what a call runs, from the policy every call follows.\n"
+     "hot: None, True (all of it used next), False (not soon) or the hot range's\n"
+     "length."},
     {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
      "is_zero(buf, *, threads=1) -> bool\n--\n\n"

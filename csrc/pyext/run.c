@@ -120,13 +120,35 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     return rc;
 }
 
+static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
+                             const struct cp_decision *dp);
+
 /* The job over [base, base + n) without [start, stop), cleared with the
  * policy's routine for the rest; then [start, stop) with the hot one
  * (ordinary stores, last, so it is in cache for the caller). */
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads)
 {
     struct cp_decision d;
-    decide(n, 1, idx, threads, 1, stop - start, &d);
+    decide(n, 1, idx, threads, CP_POLICY_HOT_RANGE, stop - start, &d);
+    return clear_hot_decided(base, n, start, stop, &d);
+}
+
+/* What the program said of the whole buffer (CP_POLICY_HOT_ALL: all of it
+ * is used next; CP_POLICY_NOT_SOON: none of it soon), as the policy
+ * decides it. */
+int clear_whole(char *base, size_t n, int idx, int threads, int word)
+{
+    struct cp_decision d;
+    decide(n, 1, idx, threads, word, 0, &d);
+    if (word == CP_POLICY_HOT_ALL)
+        return clear_hot_decided(base, n, n - d.hot_nbytes, n, &d);
+    return clear_extent(base, n, d.routine, d.threads);
+}
+
+static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
+                             const struct cp_decision *dp)
+{
+    struct cp_decision d = *dp;
     size_t cold_n = n - (stop - start);
     char *addrs[2] = {base, base + stop};
     size_t lens[2] = {start, n - stop};
