@@ -23,9 +23,6 @@ from ._units import format_size
 #: The learner's contexts, as plan() and info name them.
 CONTEXTS = ("other buffers", "buffers cleared again soon")
 
-#: Built with the learner (False in a build from before it).
-AVAILABLE = hasattr(lib, "cp_adapt_choose")
-
 
 @dataclasses.dataclass(frozen=True)
 class Learned:
@@ -58,8 +55,6 @@ class Learned:
 def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
     """Set the learner's band from th (empty when not usable: a forced
     method) and forget all; then turn it on or off (:func:`enable`)."""
-    if not AVAILABLE:
-        return
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
     if usable and th.adapt_min < th.adapt_max:
@@ -74,8 +69,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
 
 def enable(on: bool) -> None:
     """Adapt (True) or run the static choice (False), keeping what was learned."""
-    if AVAILABLE:
-        lib.cp_adapt_enable(int(bool(on)))
+    lib.cp_adapt_enable(int(bool(on)))
 
 
 def arms(nbytes: int) -> tuple[str, str]:
@@ -89,8 +83,6 @@ def arms(nbytes: int) -> tuple[str, str]:
 def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learned]:
     """What the learner holds for one size class, context by context (names:
     its two routines, else asked of the native policy)."""
-    if not AVAILABLE:
-        return []
     out = []
     st = ffi.new("struct cp_adapt_stat *")
     for ctx in range(len(CONTEXTS)):

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Any
 
-from . import _adapt, _calibration, _config, _cpu, _fast, _native, _policy, _scan
+from . import _adapt, _calibration, _config, _cpu, _fast, _policy, _scan
 from ._errors import UnsupportedMethod
 from ._native import ffi, lib
 from ._routines import BY_NAME, ROUTINES
@@ -68,7 +68,7 @@ class State:
     def set_adaptive(self, on: bool) -> None:
         """Whether auto adapts (configure_native() tells the learner and C)."""
         th = self.thresholds
-        self.adapt_on = bool(on) and _adapt.AVAILABLE
+        self.adapt_on = bool(on)
         active = (self.adapt_on and self.forced is None
                   and th.adapt_min < th.adapt_max)
         # Single auto clears of adapt_lo <= n < adapt_hi bytes are timed
@@ -91,9 +91,8 @@ class State:
                          for r in ROUTINES)
         policy = _policy.native_policy(self.cpu, th, self.forced,
                                        (self.adapt_lo, self.adapt_hi))
-        _fast.configure(native_path=_native.__file__, routines=routines,
-                        policy=bytes(ffi.buffer(policy)), gil_min=_policy.GIL_RELEASE_MIN,
-                        slice_ns=SLICE_NS)
+        _fast.configure(routines=routines, policy=bytes(ffi.buffer(policy)),
+                        gil_min=_policy.GIL_RELEASE_MIN, slice_ns=SLICE_NS)
         _fast.set_scan(_scan.variant_index(self.scan))
 
     def missing(self, name: str) -> str | None:

@@ -92,15 +92,16 @@ def _routine_declarations(portable: bool) -> str:
                    for sym in (r.symbol, r.unfenced) if sym)
 
 
-def routine_table(portable: bool) -> str:
-    """C source of ``cp_routine_table``: every built routine by name, for
-    clearpages._fast, which finds this one symbol with dlsym (the routines
-    themselves stay hidden inside the module)."""
-    rows = "".join('    {"%s", %s, %s},\n' % (r.name, r.symbol, r.unfenced or r.symbol)
-                   for r in routines()
-                   if r.source == "csrc" or r in asm_routines(portable))
-    return ("\nconst struct cp_routine_entry cp_routine_table[] = {\n%s"
-            "    {0, 0, 0},\n};\n" % rows)
+def routine_rows(portable: bool) -> str:
+    """C source of ``CP_API_ROUTINE_ROWS``: one ``{fn, job_fn}`` per row of the
+    routine table, in its order (``{0, 0}`` for a routine this build lacks),
+    for the table of entry points clearpages._fast imports
+    (csrc/core/api.h); the routines themselves stay hidden symbols."""
+    built = {r.name for r in asm_routines(portable)} | {
+        r.name for r in routines() if r.source == "csrc"}
+    rows = ", ".join("{%s, %s}" % (r.symbol, r.unfenced or r.symbol) if r.name in built
+                     else "{0, 0}" for r in routines())
+    return "\n#define CP_API_ROUTINE_ROWS %s\n" % rows
 
 
 def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -> FFI:
@@ -114,20 +115,20 @@ def make_ffi(portable: bool | None = None, module: str = "clearpages._native") -
     # absolute paths would put the objects' full paths into the build tree.
     ffi.set_source(
         module,
-        includes + _routine_declarations(portable) + routine_table(portable),
+        includes + _routine_declarations(portable) + routine_rows(portable)
+        + '#include "native_export.h"\n',
         sources=[str(ROOT / s) if os.getcwd() != str(ROOT) else s
                  for s in sources(portable)],
-        include_dirs=[str(CSRC), str(ASM)],
+        include_dirs=[str(CSRC), str(PYEXT), str(ASM)],
         define_macros=defines,
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
         extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,
-        # No CPython API is used here (that lives in clearpages._fast); the
-        # module keeps the interpreter-specific name all the same.
+        # The CPython API is used here only to export the table of entry
+        # points (csrc/pyext/native_export.h); the module keeps the
+        # interpreter-specific name all the same.
         py_limited_api=False,
     )
     return ffi
-
-
 
 
 def fast_sources() -> list[str]:
@@ -138,8 +139,9 @@ def fast_sources() -> list[str]:
 
 def fast_extension(portable: bool | None = None) -> Any:
     """The setuptools Extension ``clearpages._fast``.  It holds no routine:
-    it resolves the routines, jobs and region calls of the loaded cffi module
-    with dlsym, so the assembly is linked once, into ``_native``."""
+    it imports the table of entry points that ``_native`` exports in a
+    capsule (csrc/core/api.h), so the assembly is linked once, into
+    ``_native``."""
     from setuptools import Extension
 
     if portable is None:
@@ -151,7 +153,6 @@ def fast_extension(portable: bool | None = None) -> Any:
         define_macros=[("CP_PORTABLE", "1")] if portable else [],
         extra_compile_args=PORTABLE_COMPILE_ARGS if portable else COMPILE_ARGS,
         extra_link_args=LINK_ARGS if portable else NATIVE_LINK_ARGS,
-        libraries=["dl"],
     )
 
 

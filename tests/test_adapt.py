@@ -235,31 +235,6 @@ def test_recent_means_within_reuse_bytes(learner):
     assert ticket >> 1 & 1 == 1     # cleared again right away
 
 
-def test_api_table_is_the_functions():
-    api = lib.cp_adapt_api()
-    a = lib.cp_adapt_now_ns()
-    assert api.now_ns() >= a
-    saved = ffi.new("struct cp_adapt_params *")
-    lib.cp_adapt_params(saved)
-    try:
-        p = ffi.new("struct cp_adapt_params *")
-        lib.cp_adapt_defaults(p)
-        p.lo, p.hi = MiB, 2 * MiB
-        lib.cp_adapt_configure(p)
-        assert api.choose(4 * KiB, ffi.NULL) == -1
-        ticket = api.choose(MiB, ffi.NULL)
-        assert ticket >= 0
-        api.record(MiB, ticket, 20_000)
-        st = ffi.new("struct cp_adapt_stat *")
-        assert lib.cp_adapt_stat(20, 0, st) == 1 and st.calls == 1
-        for _ in range(8):      # start-up: counted once the times stop improving
-            ticket = api.choose(MiB, ffi.NULL)
-            api.record(MiB, ticket, 20_000)
-        assert lib.cp_adapt_stat(20, 0, st) == 1 and st.samples[0] + st.samples[1] >= 1
-    finally:
-        lib.cp_adapt_configure(saved)
-
-
 def test_threads_never_wait_and_never_break_it(learner):
     learner()
     errors = []

@@ -12,7 +12,9 @@ from __future__ import annotations
 import array
 import gc
 import mmap
+import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 import typing
@@ -345,3 +347,22 @@ def test_no_leftover_exports_under_gc_pressure():
 
 def test_signal_module_is_untouched():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ---- the one bridge between the native modules -------------------------------------
+
+
+def test_native_exports_one_table_that_fast_imports():
+    """_native exports its entry points once, in a capsule; _fast imports that
+    and looks nothing up by name (no dlopen, no dlsym)."""
+    from clearpages import _native
+
+    assert type(_native._C_API).__name__ == "PyCapsule"
+    assert '"clearpages._native._C_API"' in repr(_native._C_API)
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm to read the extension's symbols")
+    out = subprocess.run([nm, "-D", "--undefined-only", _fast.__file__],
+                         capture_output=True, text=True, check=True).stdout
+    assert not {"dlopen", "dlsym"} & {line.split()[-1].split("@")[0]
+                                      for line in out.splitlines() if line.strip()}

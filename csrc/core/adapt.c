@@ -674,12 +674,3 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
     pthread_mutex_unlock(&lock);
     return have;
 }
-
-static const struct cp_adapt_api api = {
-    cp_adapt_choose, cp_adapt_record, cp_adapt_now_ns, cp_adapt_record_span,
-};
-
-const struct cp_adapt_api *cp_adapt_api(void)
-{
-    return &api;
-}

@@ -94,16 +94,6 @@ uint64_t cp_adapt_now_ns(void);
 /* 1 and *out filled when the class and context have data; 0 otherwise. */
 int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
 
-/* The same functions as a table, for a per-call path built as a separate
- * extension module, which cannot link against this one's symbols. */
-struct cp_adapt_api {
-    int (*choose)(size_t n, const void *addr);
-    void (*record)(size_t n, int ticket, uint64_t elapsed_ns);
-    uint64_t (*now_ns)(void);
-    void (*record_span)(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns);
-};
-const struct cp_adapt_api *cp_adapt_api(void);
-
 /* END CDEF */
 
 #endif

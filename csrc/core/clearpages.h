@@ -116,14 +116,4 @@ void cp_job_free(struct cp_job *job);
 
 /* END CDEF */
 
-/* The routines by name (built by the cffi build into the native module,
- * ended by a NULL name): clearpages._fast finds them through this one
- * exported table, so the routines stay hidden symbols. */
-struct cp_routine_entry {
-    const char *name;
-    cp_clear_fn fn;         /* the routine */
-    cp_clear_fn job_fn;     /* its unfenced entry for jobs, else fn */
-};
-extern const struct cp_routine_entry cp_routine_table[];
-
 #endif

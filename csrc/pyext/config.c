@@ -1,15 +1,12 @@
 /*
- * Binding to clearpages._native (its routines, jobs and region calls,
- * resolved with dlsym from the loaded module), the configuration Python
- * gives (configure, set_hooks), and decide: what the configured policy
- * does for a size, which plan() reports.
+ * The configuration Python gives (configure, set_hooks), and decide: what
+ * the configured policy does for a size, which plan() reports.
  */
-#include <dlfcn.h>
 #include <string.h>
 
 #include "fast.h"
 
-struct native nat;
+const struct cp_api *nat;
 struct config cfg;
 
 PyObject *hook_init, *hook_clear, *hook_many, *hook_pages, *page_index_error;
@@ -34,57 +31,12 @@ int ensure_ready(void)
     return 0;
 }
 
-static void *need(const char *name)
-{
-    void *p = dlsym(nat.handle, name);
-    if (!p)
-        PyErr_Format(PyExc_ImportError, "clearpages._native lacks %s", name);
-    return p;
-}
-
-static int bind_native(const char *path)
-{
-    if (nat.handle)
-        return 0;
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        PyErr_Format(PyExc_ImportError, "cannot open %s: %s", path, dlerror());
-        return -1;
-    }
-    nat.handle = h;
-#define NEED(field, name) if (!(*(void **)&nat.field = need(name))) goto fail
-    NEED(job_new, "cp_job_new");
-    NEED(job_from_pages, "cp_job_from_pages");
-    NEED(job_configure, "cp_job_configure");
-    NEED(job_run, "cp_job_run");
-    NEED(job_total, "cp_job_total");
-    NEED(job_free, "cp_job_free");
-    NEED(region_map, "cp_region_map");
-    NEED(region_unmap, "cp_region_unmap");
-    NEED(region_discard, "cp_region_discard");
-    NEED(region_protect, "cp_region_protect");
-    NEED(region_resize, "cp_region_resize");
-    NEED(region_move_to, "cp_region_move_to");
-    NEED(region_move_congruent, "cp_region_move_congruent");
-    NEED(routines, "cp_routine_table");
-    NEED(policy_decide, "cp_policy_decide");
-#undef NEED
-    *(void **)&nat.job_error = dlsym(h, "cp_job_error");
-    const struct cp_adapt_api *(*adapt_api)(void);
-    *(void **)&adapt_api = dlsym(h, "cp_adapt_api");
-    nat.adapt = adapt_api ? adapt_api() : NULL;
-    return 0;
-fail:
-    memset(&nat, 0, sizeof(nat));
-    return -1;
-}
-
 const char configure_doc[] =
-"configure(native_path, routines, policy, gil_min, slice_ns)\n"
+"configure(routines, policy, gil_min, slice_ns)\n"
 "--\n\n"
 "Set what the entries follow.  routines: ((name, fence, temporal, usable),\n"
-"...) in the routine table's order; usable ones are looked up in the\n"
-"cp_routine_table of the module at native_path.  policy: the bytes of a\n"
+"...) in the routine table's order; usable ones are taken from the table\n"
+"of entry points clearpages._native exports.  policy: the bytes of a\n"
 "struct cp_policy (csrc/core/policy.h), its routines indices into that\n"
 "table.  gil_min: clears of fewer bytes keep the GIL.  slice_ns: how long\n"
 "a job runs between two checks for signals.";
@@ -100,12 +52,11 @@ static int usable_or_none(int idx, int may_be_none)
 PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *names[] = {"native_path", "routines", "policy", "gil_min", "slice_ns", NULL};
-    const char *path;
+    static char *names[] = {"routines", "policy", "gil_min", "slice_ns", NULL};
     PyObject *routines;
     Py_buffer pol;
     unsigned long long gil_min, slice_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!y*KK", names, &path, &PyTuple_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!y*KK", names, &PyTuple_Type,
                                      &routines, &pol, &gil_min, &slice_ns))
         return NULL;
     struct cp_policy policy;
@@ -118,10 +69,8 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
                      sizeof(policy));
         return NULL;
     }
-    if (bind_native(path) < 0)
-        return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(routines);
-    if (n < 1 || n > MAX_ROUTINES) {
+    if (n < 1 || n > MAX_ROUTINES || n > CP_API_ROUTINES) {
         PyErr_SetString(PyExc_ValueError, "configure: 1 to 16 routines");
         return NULL;
     }
@@ -139,16 +88,13 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
         r[i].temporal = temp;
         r[i].fence = fence;
         if (usable) {
-            const struct cp_routine_entry *e = nat.routines;
-            while (e->name && PyUnicode_CompareWithASCIIString(name, e->name) != 0)
-                e++;
-            if (!e->name) {
+            if (!nat->routines[i].fn) {
                 PyErr_Format(PyExc_ValueError, "configure: %U is not in the native module",
                              name);
                 goto fail;
             }
-            r[i].fn = e->fn;
-            r[i].job_fn = e->job_fn;
+            r[i].fn = nat->routines[i].fn;
+            r[i].job_fn = nat->routines[i].job_fn;
         }
     }
     /* The new table replaces the old one whole, with the GIL held: a call
@@ -167,8 +113,6 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
     for (int i = 0; i < old.n; i++)
         Py_XDECREF(old.r[i].name);
     cfg.policy = policy;
-    if (!nat.adapt)             /* no learner: no size asks it */
-        cfg.policy.adapt_lo = cfg.policy.adapt_hi = 0;
     cfg.gil_min = (size_t)gil_min;
     cfg.slice_ns = slice_ns;
     cfg.ready = 1;

@@ -369,7 +369,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         goto fail;
     }
     size_t bad = 0;
-    struct cp_job *job = nat.job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
+    struct cp_job *job = nat->job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
                                             psize, &bad);
     if (!job) {
         if (bad >= (size_t)count) {
@@ -384,13 +384,13 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         }
         goto fail;
     }
-    size_t total = nat.job_total(job);
+    size_t total = nat->job_total(job);
     struct cp_decision d;
     decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
     if (call_debug_hook("acquired", -1, total) == 0
         && run_job(job, d.routine, d.threads, d.unit, total) == 0)
         res = Py_NewRef(Py_None);
-    nat.job_free(job);
+    nat->job_free(job);
 fail:
     if (have_pv)
         PyBuffer_Release(&pv);

@@ -21,10 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "adapt.h"
-#include "clearpages.h"
-#include "policy.h"
-#include "region.h"
+#include "api.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -38,36 +35,9 @@ static inline PyObject *Py_NewRef(PyObject *o)
 
 #define MAX_ROUTINES 16
 
-/* ---- what _native provides (config.c binds it) --------------------------- */
+/* ---- what _native provides: its table of entry points (core/api.h) ------- */
 
-struct native {
-    void *handle;
-    const struct cp_routine_entry *routines;
-    struct cp_job *(*job_new)(char *const *, const size_t *, size_t);
-    struct cp_job *(*job_from_pages)(char *, size_t, const int64_t *, size_t,
-                                     size_t, size_t *);
-    int (*job_configure)(struct cp_job *, cp_clear_fn, size_t, int, int);
-    int (*job_run)(struct cp_job *, uint64_t);
-    size_t (*job_total)(const struct cp_job *);
-    void (*job_free)(struct cp_job *);
-    int (*region_map)(size_t, size_t, int, int, uintptr_t *);
-    int (*region_unmap)(uintptr_t, size_t);
-    int (*region_discard)(uintptr_t, size_t);
-    int (*region_protect)(uintptr_t, size_t, int, int *);
-    int (*region_resize)(uintptr_t, size_t, size_t, int, int, size_t, uintptr_t *);
-    int (*region_move_to)(uintptr_t, size_t, size_t, uintptr_t);
-    int (*region_move_congruent)(uintptr_t, size_t, size_t, size_t, size_t,
-                                 uintptr_t *);
-    int (*job_error)(const struct cp_job *);          /* optional */
-    void (*policy_decide)(const struct cp_policy *, size_t, size_t, int, int, int, size_t,
-                          struct cp_decision *);
-    /* Adaptive auto (core/adapt.h), optional: choose(n, addr) -> a ticket,
-     * < 0 for the static choice, else ticket & 1 is the arm (1: streaming);
-     * record(n, ticket, ns). */
-    const struct cp_adapt_api *adapt;
-};
-
-extern struct native nat;
+extern const struct cp_api *nat;    /* imported by PyInit__fast */
 
 /* ---- what Python configured (config.c) ------------------------------------- */
 
@@ -107,7 +77,7 @@ int ensure_ready(void);
 static inline void decide(size_t nbytes, size_t count, int idx, int threads, int hot,
                           size_t hot_nbytes, struct cp_decision *d)
 {
-    nat.policy_decide(&cfg.policy, nbytes, count, idx, threads, hot, hot_nbytes, d);
+    nat->policy_decide(&cfg.policy, nbytes, count, idx, threads, hot, hot_nbytes, d);
 }
 
 /* ---- args.c ------------------------------------------------------------------ */

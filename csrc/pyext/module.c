@@ -12,11 +12,10 @@
  * which explains the refusal with the package's messages or normalizes the
  * arguments and calls back in.
  *
- * The routines, jobs and region system calls live once in the cffi module
- * clearpages._native; this module resolves them from it with dlsym (the
- * module is already loaded: dlopen finds it, nothing is loaded twice), so
- * the assembly is assembled and linked once and no address passes through
- * Python.
+ * The routines, jobs, policy and region system calls live once in the cffi
+ * module clearpages._native, which exports one table of them in a capsule
+ * (core/api.h); this module imports it once, here, so the assembly is
+ * assembled and linked once and no address passes through Python.
  *
  * Also here: RegionMemory, the base type of clearpages.Region, which owns
  * one mapping, exports it as a buffer itself and counts the exports, so
@@ -98,8 +97,27 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
+/* The table of entry points clearpages._native exports (core/api.h). */
+static int import_native(void)
+{
+    const struct cp_api *api = PyCapsule_Import(CP_API_CAPSULE, 0);
+    if (!api)
+        return -1;
+    if (api->version != CP_API_VERSION || api->size != sizeof(struct cp_api)) {
+        PyErr_Format(PyExc_ImportError,
+                     "clearpages._native exports entry points version %u (%u bytes), "
+                     "clearpages._fast needs version %u (%zu bytes): rebuild the package",
+                     api->version, api->size, CP_API_VERSION, sizeof(struct cp_api));
+        return -1;
+    }
+    nat = api;
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__fast(void)
 {
+    if (!nat && import_native() < 0)
+        return NULL;
     s_auto = PyUnicode_InternFromString("auto");
     for (int i = 0; kw_names[i]; i++)
         if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))

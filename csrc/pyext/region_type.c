@@ -55,10 +55,10 @@ static PyObject *region_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void region_dealloc(RegionMemory *self)
 {
     /* A live export holds a reference to us, so none is left here. */
-    if (self->mapped && self->exports == 0 && nat.region_unmap)
-        nat.region_unmap(self->address, self->size);
-    if (self->orphan_size && self->exports == 0 && nat.region_unmap)
-        nat.region_unmap(self->orphan, self->orphan_size);
+    if (self->mapped && self->exports == 0)
+        nat->region_unmap(self->address, self->size);
+    if (self->orphan_size && self->exports == 0)
+        nat->region_unmap(self->orphan, self->orphan_size);
     self->mapped = 0;
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -92,7 +92,7 @@ static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
         size_t size = self->orphan_size;
         self->orphan = 0;
         self->orphan_size = 0;
-        nat.region_unmap(addr, size);
+        nat->region_unmap(addr, size);
     }
 }
 
@@ -119,19 +119,11 @@ static int region_check(RegionMemory *self, const char *what)
     return 0;
 }
 
-static int region_bound(void)
-{
-    if (nat.handle)
-        return 0;
-    return ensure_ready();
-}
-
 static PyObject *region_map(RegionMemory *self, PyObject *args)
 {
     unsigned long long size, align, limit, modulus;
     int kind, shift;
-    if (!PyArg_ParseTuple(args, "KKiiKK", &size, &align, &kind, &shift, &limit, &modulus)
-        || region_bound() < 0)
+    if (!PyArg_ParseTuple(args, "KKiiKK", &size, &align, &kind, &shift, &limit, &modulus))
         return NULL;
     if (shift < 12 || shift > 40 || !modulus) {
         PyErr_SetString(PyExc_ValueError, "_map: bad page shift or modulus");
@@ -146,7 +138,7 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
     uintptr_t out = 0;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = nat.region_map((size_t)size, (size_t)align, kind, shift, &out);
+    err = nat->region_map((size_t)size, (size_t)align, kind, shift, &out);
     Py_END_ALLOW_THREADS
     if (!err) {
         self->address = out;
@@ -166,8 +158,6 @@ static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
                                  unsigned long long a, unsigned long long b,
                                  unsigned long long c, unsigned long long d)
 {
-    if (region_bound() < 0)
-        return NULL;
     region_lock(self);
     if (region_check(self, what) < 0) {
         region_unlock(self);
@@ -179,18 +169,18 @@ static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
     Py_BEGIN_ALLOW_THREADS
     if (op == 0) {
         new_size = (size_t)a;
-        err = nat.region_resize(addr, size, new_size, (int)b, (int)c, (size_t)d, &out);
+        err = nat->region_resize(addr, size, new_size, (int)b, (int)c, (size_t)d, &out);
     } else if (op == 1) {
-        err = nat.region_move_congruent(addr, size, (size_t)a, (size_t)b, (size_t)c, &out);
+        err = nat->region_move_congruent(addr, size, (size_t)a, (size_t)b, (size_t)c, &out);
     } else {
         out = (uintptr_t)b;
-        err = nat.region_move_to(addr, size, (size_t)a, out);
+        err = nat->region_move_to(addr, size, (size_t)a, out);
     }
     if (!err && self->protect) {
         /* mremap carries the flags with the mapping; a hugetlb region that
          * grew has new mappings, which get them here. */
         int failed;
-        int perr = nat.region_protect(out, new_size, self->protect, &failed);
+        int perr = nat->region_protect(out, new_size, self->protect, &failed);
         if (perr)
             err = perr | CP_REGION_UNPROTECTED;
     }
@@ -267,8 +257,6 @@ static PyObject *region_move_to(RegionMemory *self, PyObject *args)
  * closed Region unless closed_ok). */
 static int region_lock_mapped(RegionMemory *self, int closed_ok)
 {
-    if (region_bound() < 0)
-        return -1;
     region_lock(self);
     if (self->mapped)
         return 1;
@@ -288,7 +276,7 @@ static PyObject *region_discard(RegionMemory *self, PyObject *unused)
     uintptr_t addr = self->address;
     size_t size = self->size;
     Py_BEGIN_ALLOW_THREADS
-    err = nat.region_discard(addr, size);
+    err = nat->region_discard(addr, size);
     Py_END_ALLOW_THREADS
     region_unlock(self);
     return PyLong_FromLong(err);
@@ -317,7 +305,7 @@ static PyObject *region_close_mapping(RegionMemory *self, int when_released)
         self->orphan_size = size;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        nat.region_unmap(addr, size);
+        nat->region_unmap(addr, size);
         Py_END_ALLOW_THREADS
     }
     region_unlock(self);
@@ -347,7 +335,7 @@ static PyObject *region_protect(RegionMemory *self, PyObject *arg)
     size_t size = self->size;
     int err, failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    err = nat.region_protect(addr, size, flags, &failed);
+    err = nat->region_protect(addr, size, flags, &failed);
     Py_END_ALLOW_THREADS
     if (!err)
         self->protect |= flags;

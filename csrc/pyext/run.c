@@ -27,7 +27,7 @@ int call_debug_hook(const char *where, int idx, size_t n)
 int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total)
 {
     const struct routine *r = &cfg.r[idx];
-    if (nat.job_configure(job, r->job_fn, chunk, threads, r->fence) != 0) {
+    if (nat->job_configure(job, r->job_fn, chunk, threads, r->fence) != 0) {
         PyErr_Format(PyExc_ValueError, "bad job configuration: %U, %d threads",
                      r->name, threads);
         return -1;
@@ -40,15 +40,15 @@ int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total
         int rc;
         if (release) {
             Py_BEGIN_ALLOW_THREADS
-            rc = nat.job_run(job, slice);
+            rc = nat->job_run(job, slice);
             Py_END_ALLOW_THREADS
         } else {
-            rc = nat.job_run(job, slice);
+            rc = nat->job_run(job, slice);
         }
         if (rc == 1)
             return 0;
         if (rc < 0) {
-            int err = nat.job_error ? nat.job_error(job) : 0;
+            int err = nat->job_error(job);
             if (err) {
                 PyObject *e = PyObject_CallFunction(
                     PyExc_OSError, "iN", err, PyUnicode_FromFormat(
@@ -95,28 +95,28 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     idx = d.routine;
     int ticket = -1;
     if (d.adaptive) {
-        ticket = nat.adapt->choose(n, dst);
+        ticket = nat->adapt_choose(n, dst);
         if (ticket >= 0)
             idx = d.arms[ticket & CP_ADAPT_STREAMING];
     }
     int timed = ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED);
-    uint64_t t0 = timed ? nat.adapt->now_ns() : 0;
+    uint64_t t0 = timed ? nat->adapt_now_ns() : 0;
     int rc;
     if (d.threads == 1 && n <= d.unit) {
         rc = call_routine(idx, dst, n);
     } else if (n == 0) {
         rc = 0;
     } else {
-        struct cp_job *job = nat.job_new(&dst, &n, 1);
+        struct cp_job *job = nat->job_new(&dst, &n, 1);
         if (!job) {
             PyErr_NoMemory();
             return -1;
         }
         rc = run_job(job, idx, d.threads, d.unit, n);
-        nat.job_free(job);
+        nat->job_free(job);
     }
     if (timed && rc == 0)
-        nat.adapt->record_span(n, ticket, t0, nat.adapt->now_ns());
+        nat->adapt_record_span(n, ticket, t0, nat->adapt_now_ns());
     return rc;
 }
 
@@ -153,13 +153,13 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
     char *addrs[2] = {base, base + stop};
     size_t lens[2] = {start, n - stop};
     if (cold_n) {
-        struct cp_job *job = nat.job_new(addrs, lens, 2);
+        struct cp_job *job = nat->job_new(addrs, lens, 2);
         if (!job) {
             PyErr_NoMemory();
             return -1;
         }
         int rc = run_job(job, d.routine, d.threads, d.unit, cold_n);
-        nat.job_free(job);
+        nat->job_free(job);
         if (rc < 0)
             return -1;
     }
@@ -175,12 +175,12 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
         return 0;
     struct cp_decision d;
     decide(total, n, idx, threads, 0, 0, &d);
-    struct cp_job *job = nat.job_new(addrs, lens, n);
+    struct cp_job *job = nat->job_new(addrs, lens, n);
     if (!job) {
         PyErr_NoMemory();
         return -1;
     }
     int rc = run_job(job, d.routine, d.threads, d.unit, total);
-    nat.job_free(job);
+    nat->job_free(job);
     return rc;
 }

@@ -8,7 +8,6 @@
  * its dimensions ordered by stride, the innermost contiguous items merged
  * into one run.
  */
-#include <dlfcn.h>
 
 #include "fast.h"
 
@@ -325,17 +324,8 @@ PyObject *fast_set_scan(PyObject *self, PyObject *arg)
     int v = (int)PyLong_AsLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
-    if (!nat.handle) {
-        PyErr_SetString(PyExc_RuntimeError, "set_scan: configure() first");
-        return NULL;
-    }
-    void *a = dlsym(nat.handle, "cp_scan_is_zero"), *b = dlsym(nat.handle, "cp_scan_nonzero_pages");
-    if (!a || !b) {
-        PyErr_SetString(PyExc_ImportError, "clearpages._native lacks the zero scan");
-        return NULL;
-    }
-    *(void **)&scan.is_zero = a;
-    *(void **)&scan.nonzero_pages = b;
+    scan.is_zero = nat->scan_is_zero;
+    scan.nonzero_pages = nat->scan_nonzero_pages;
     scan.variant = v;
     Py_RETURN_NONE;
 }
