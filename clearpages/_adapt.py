@@ -1,11 +1,14 @@
 """Adaptive auto: the Python face of the learner in csrc/core/adapt.c.
 
 In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
-clear with ``method="auto"`` asks the learner which store to use, is timed
-(two clock reads), and reports the time.  The learner keeps, per size class
-(powers of two) and per kind of buffer ("cleared again soon" or "other"),
-the time per byte of the ordinary-store and the streaming routine, and
-exploits the faster one (see csrc/core/adapt.c for the rules and their bounds).
+clear with ``method="auto"`` asks the learner which store to use and, unless
+the learner has settled and this call is not one of its samples, is timed
+(two clock reads) and reports its start and end.  The learner keeps, per size
+class (powers of two) and per kind of buffer ("cleared again soon" or
+"other"), the time per byte of the ordinary-store and the streaming routine
+and of what the program did after each until its next clear, and exploits
+the one that costs less (see csrc/core/adapt.c for the rules and their
+bounds).
 
 This module configures the learner from the thresholds, and reads back
 what it has learned for ``plan()`` and ``python -m clearpages info``.
@@ -38,6 +41,10 @@ class Learned:
     calls: int
     explorations: int
     switches: int
+    after: dict[str, float] = dataclasses.field(default_factory=dict)
+    """ns per KiB the program spent after a clear of each routine, until its
+    next clear (only those measured)."""
+    timed: int = 0
 
     @property
     def sizes(self) -> str:
@@ -46,9 +53,11 @@ class Learned:
 
     def sentence(self) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
-        return ("%s: %s (%s; %d calls, %d explored, %d switch%s)"
+        after = ", ".join("%s %.1f ns/KiB" % kv for kv in self.after.items())
+        return ("%s: %s (%s%s; %d calls, %d timed, %d explored, %d switch%s)"
                 % (CONTEXTS[self.context], self.method, speeds or "not timed yet",
-                   self.calls, self.explorations, self.switches,
+                   "; the program after it: " + after if after else "",
+                   self.calls, self.timed, self.explorations, self.switches,
                    "" if self.switches == 1 else "es"))
 
 
@@ -92,9 +101,12 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
             names = arms(1 << size_class)
         gbps = {names[a]: 1.0 / st.ns_per_byte[a]
                 for a in (0, 1) if st.samples[a] and st.ns_per_byte[a] > 0}
+        after = {names[a]: st.use_ns_per_byte[a] * 1024 for a in (0, 1)
+                 if st.use_ns_per_byte[a] > 0}
         out.append(Learned(size_class, ctx, names[st.arm], gbps,
                            {names[a]: int(st.samples[a]) for a in (0, 1)},
-                           int(st.calls), int(st.explorations), int(st.switches)))
+                           int(st.calls), int(st.explorations), int(st.switches),
+                           after, int(st.timed)))
     return out
 
 
@@ -114,8 +126,9 @@ def describe(th: Thresholds, d: Any, nbytes: int, enabled: bool, forced: Any) ->
         t, s = d.arms
         size_class = nbytes.bit_length() - 1
         got = learned(size_class, d.arms)
-        head = ("in the adaptive band %s-%s: single clears are timed and run %s or %s, "
-                "whichever this program's own clears of %s-%s found faster"
+        head = ("in the adaptive band %s-%s: single clears are timed (a sample of them "
+                "once settled) and run %s or %s, whichever cost this program less in its "
+                "own clears of %s-%s and what it did after them"
                 % (format_size(th.adapt_min), format_size(th.adapt_max), t, s,
                    format_size(1 << size_class), format_size(2 << size_class)))
         if not got:

@@ -140,15 +140,28 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     if goals:
         print("\nauto judged by its worse case (goals: within 10% of the best static "
               "routine, never below memset or numpy.fill, 1.2x memset at 1-4x the L3; "
-              "a 5% allowance for noise):", file=out)
+              "noise: the largest interquartile range of the samples compared, at least "
+              "5%; a shortfall within it is '~', not a miss):", file=out)
 
         def f(x: float | None) -> str:
             return "-" if x is None else "%.2f" % x
+        shown = {"ok": "ok", "noise": "~ (within noise)", "MISSES": "MISSES"}
         table([(format_size(g["size"]), f(g["auto_score"]), g["best"], f(g["best_score"]),
-                f(g["rival_score"]), f(g["near_l3_ratio"]), "ok" if g["ok"] else "MISSES")
+                f(g["rival_score"]), f(g["near_l3_ratio"]),
+                "%.0f%%" % (100 * g.get("noise", 0.05)),
+                shown[g.get("verdict", "ok" if g["ok"] else "MISSES")])
                for g in goals],
               ("size", "auto score", "best routine", "its score", "memset/numpy score",
-               "x memset near L3", "goal"), out, right=(1, 3, 4, 5))
+               "x memset near L3", "noise", "goal"), out, right=(1, 3, 4, 5, 6))
+        verdicts = {g.get("verdict") for g in goals}
+        if "noise" in verdicts:
+            print("~: short of a goal by less than the noise measured there; to tell, rerun "
+                  "with more samples (--repeat 31) when the machine is quieter", file=out)
+        if "MISSES" in verdicts:
+            print("MISSES: short beyond the noise; run `python -m clearpages calibrate` "
+                  "(auto then starts from this machine's own crossovers), bench again, "
+                  "and if a miss stays, report it with this table and "
+                  "`python -m clearpages info`", file=out)
 
 
 def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:

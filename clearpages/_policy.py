@@ -137,6 +137,19 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: On Intel Emerald Rapids (2 MiB L2) streaming wins at every size measured
 #: (4 MiB up).  So: a thirty-second of the L2 (Zen 3: 16 KiB; Emerald
 #: Rapids: 64 KiB), kept within NT_MIN_RANGE.
+#:
+#: Whole programs (``bench --programs``, a Zen 4 guest, L2 1 MiB, L3 32 MiB,
+#: adaptation off) do not overturn it.  At 16 KiB-4 MiB ordinary stores lose
+#: a cold page pool or wipe (clear only) 1.5-2.8x (0.36-0.65 of streaming);
+#: streaming loses a warm buffer that is used next 2-5x (0.21-0.45), and
+#: loses 1.2-2x a cold one used next.  No threshold wins both; the
+#: static choice keeps the side of the program that says nothing (a pool
+#: releasing pages), while a program that uses the buffer next has the
+#: word for it (``hot=True``), and adaptive auto learns the rest: from
+#: 16 KiB it starts a buffer cleared again soon on ordinary stores (warm
+#: buffers want them at every size measured up to 16 MiB: 0.86-1.0 against
+#: 0.2-0.76) and any other on this static choice, and moves each by the
+#: program's own clears and what the program does after them.
 NT_MIN_L2_DIVISOR = 32
 NT_MIN_RANGE = (16 * KiB, 1 * MiB)
 NT_MIN_UNKNOWN_L2 = 16 * KiB

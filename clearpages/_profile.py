@@ -165,9 +165,13 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
+        return self.ok_within(NOISE)
+
+    def ok_within(self, noise: float) -> bool:
+        """Met with an allowance of ``noise`` (a fraction) for measurement noise."""
         if self.score is None:
             return True
-        slack = 1 - NOISE
+        slack = 1 - noise
         if self.score < WITHIN_BEST * self.best_score * slack:
             return False
         if self.memset_score is not None and self.score < self.memset_score * slack:

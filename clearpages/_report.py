@@ -116,6 +116,16 @@ def cap_sizes(sizes: Sequence[int]) -> list[int]:
     return [s for s in sizes if s <= cap] or list(sizes[:1])
 
 
+def spread_of(cases: _measure.Cases, best: str) -> float:
+    """The noise of a goal's ratios at one size: over the scenarios, the
+    largest interquartile range (relative to the median) of auto, the best
+    static routine and memset, the three a verdict compares; never under
+    the 5% allowance a single quiet run needs."""
+    spreads = [row[n].rel_spread for row in cases.values()
+               for n in (_measure.AUTO, best, _measure.MEMSET) if n in row]
+    return max([_profile.NOISE] + spreads)
+
+
 def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                repeat: int = 7, target_s: float = 0.002, budget_s: float = 3.0,
                scenarios: Sequence[str] = _measure.SCENARIOS, direct: bool = False,
@@ -155,9 +165,12 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                                 for sc, row in cases.items()}, _measure.AUTO,
                                near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3,
                                rivals=[n for n in _measure.COMPETITORS if n in names])
+            noise = spread_of(cases, v.best)
+            verdict = "ok" if v.ok else "noise" if v.ok_within(noise) else "MISSES"
             goals.append({"size": size, "auto_score": v.score, "best": v.best,
                           "best_score": v.best_score, "rival_score": v.memset_score,
-                          "near_l3_ratio": v.near_l3_ratio, "ok": v.ok})
+                          "near_l3_ratio": v.near_l3_ratio, "ok": v.ok, "noise": noise,
+                          "verdict": verdict})
         planned = _core.plan(size, threads=1).method
         medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
         score = _profile.scores(medians)

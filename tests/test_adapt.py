@@ -201,6 +201,17 @@ def test_first_call_is_the_static_choice(learner):
     assert lib.cp_adapt_choose(4 * MiB, ffi.NULL) & 1 == S
 
 
+def test_a_buffer_cleared_again_soon_starts_with_ordinary_stores(learner):
+    """What auto assumes before it has learned a size: a buffer cleared
+    again soon is in the cache (ordinary stores), any other gets the static
+    choice (streaming from nt_min)."""
+    learner(lo=16 * KiB, nt_min=32 * KiB)
+    addr = ffi.cast("void *", 0x7F0000000000)
+    assert lib.cp_adapt_choose(1 * MiB, addr) & 3 == 0 | S      # first seen: other
+    ticket = lib.cp_adapt_choose(1 * MiB, addr)                 # again: recent
+    assert ticket >> 1 & 1 == 1 and ticket & 1 == T
+
+
 def test_reset_forgets(learner):
     learner()
     sim = Sim()
