@@ -173,7 +173,8 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         _output.dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
                     "kind": "temporal" if r.temporal else "streaming",
                     "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
-                    "learned": p.learned,
+                    "learned": p.learned, "skips_untouched": p.skips_untouched,
+                    "untouched": p.untouched,
                     "thresholds_source": _core.thresholds().source,
                     "cpu": _calibration.identity(cpu)}, "-", out)
         return 0
@@ -188,6 +189,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     print("  reason   %s" % p.reason, file=out)
     if p.learned:
         print("  learned  %s" % p.learned, file=out)
+    print("  untouched %s" % p.untouched, file=out)
     print("thresholds from: %s" % _core.thresholds().source, file=out)
     return 0
 

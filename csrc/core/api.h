@@ -27,7 +27,7 @@
 
 #define CP_API_FUNCTIONS(X) \
     X(job_new) X(job_from_pages) X(job_configure) X(job_run) X(job_error) \
-    X(job_total) X(job_free) \
+    X(job_total) X(job_extents) X(job_skip_untouched) X(job_free) \
     X(region_map) X(region_unmap) X(region_discard) X(region_protect) \
     X(region_resize) X(region_move_to) X(region_move_congruent) \
     X(policy_decide) \

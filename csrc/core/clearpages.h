@@ -85,6 +85,13 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
                                  const int64_t *pages, size_t n,
                                  size_t page_size, size_t *bad);
 
+/* Drop from a job not yet run the pages that read as zero without being
+ * written (never touched private anonymous memory: core/untouched.h says
+ * which pages qualify and when the check is made).  Returns the bytes
+ * dropped; 0 when none were or the check could not be made (the job is
+ * then unchanged). */
+size_t cp_job_skip_untouched(struct cp_job *job);
+
 /* What to run and how: routine, unit, threads (1..CP_MAX_THREADS), fence:
  * issue sfence once per thread when it stops (for a streaming routine's
  * unfenced entry).  unit: the bytes of a thread's first unit of work while

@@ -21,6 +21,7 @@
 
 #include "clearpages.h"
 #include "inject.h"
+#include "untouched.h"
 
 /* Unit boundaries fall on this alignment in the address space, so threads
  * split work on page boundaries and streaming routines see aligned lines. */
@@ -264,6 +265,45 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
     if (!job)
         *bad = n;
     return job;
+}
+
+size_t cp_job_skip_untouched(struct cp_job *job)
+{
+    struct cp_extent *in = malloc((job->n ? job->n : 1) * sizeof(*in)), *kept = NULL;
+    if (!in)
+        return 0;
+    for (size_t i = 0; i < job->n; i++) {
+        in[i].addr = job->ext[i].addr;
+        in[i].len = job->ext[i].len;
+    }
+    size_t m = cp_untouched_trim(in, job->n, &kept);
+    free(in);
+    if (m == (size_t)-1)
+        return 0;
+    struct extent *ext = malloc((m ? m : 1) * sizeof(*ext));
+    if (!ext) {
+        free(kept);
+        return 0;
+    }
+    for (size_t i = 0; i < m; i++) {
+        ext[i].addr = kept[i].addr;
+        ext[i].len = kept[i].len;
+    }
+    free(kept);
+    struct cp_job *trimmed = job_from_extents(ext, m);
+    if (!trimmed)
+        return 0;
+    size_t before = cp_job_total(job);
+    free(job->ext);
+    free(job->cum);
+    job->ext = trimmed->ext;
+    job->cum = trimmed->cum;
+    job->n = trimmed->n;
+    job->phase = trimmed->phase;
+    job->end = trimmed->end;
+    atomic_store(&job->next, trimmed->phase);
+    free(trimmed);
+    return before - cp_job_total(job);
 }
 
 int cp_job_configure(struct cp_job *job, cp_clear_fn fn, size_t unit,

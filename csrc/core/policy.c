@@ -72,6 +72,11 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
     out->adaptive = 0;
     out->hot_routine = CP_POLICY_NONE;
     out->hot_nbytes = 0;
+    /* Whatever the routine: a page never touched reads as zero already, and
+     * writing it costs a fault and a page.  Below untouched_min a resident
+     * buffer would pay the look's few microseconds for too little.  (With a
+     * hot range: the rest must be that large, below.) */
+    out->skip_untouched = p->untouched_min && nbytes >= p->untouched_min;
     if (hot == CP_POLICY_NOT_SOON) {
         /* Not used soon: the routine of a hot= clear's rest, over it all. */
         out->routine = p->forced >= 0 ? p->forced
@@ -103,6 +108,7 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         }
         out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, cold) : threads;
         out->unit = unit_for(p, cold, out->threads);
+        out->skip_untouched = p->untouched_min && cold >= p->untouched_min;
         return;
     }
     out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, nbytes) : threads;

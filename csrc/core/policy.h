@@ -1,8 +1,9 @@
 /*
  * The policy of "auto": every per-call decision in one place and one
  * language.  Which routine runs, on how many threads, in what unit of work,
- * which routine a hot range gets, and whether the learner (adapt.h) is
- * asked and between which two routines.
+ * which routine a hot range gets, whether the learner (adapt.h) is asked
+ * and between which two routines, and whether the pages never touched are
+ * looked for first (untouched.h).
  *
  * A pure function of a struct cp_policy (the numbers Python computes once
  * from the CPU description, the calibration and the CLEARPAGES_* variables)
@@ -45,6 +46,7 @@ struct cp_policy {
     int cores;                  /* CPUs this process may run on */
     size_t adapt_lo, adapt_hi;  /* single auto clears lo <= n < hi ask the learner */
     size_t hot_max;             /* hot=True: at most this tail is cleared hot */
+    size_t untouched_min;       /* work of this much looks for untouched pages; 0: never */
 };
 
 struct cp_decision {
@@ -56,6 +58,7 @@ struct cp_decision {
     int adaptive;               /* 1: the learner chooses and the clear is timed */
     int arms[2];                /* the learner's routines: [CP_ADAPT_TEMPORAL],
                                    [CP_ADAPT_STREAMING] */
+    int skip_untouched;         /* 1: the pages never touched are dropped first */
 };
 
 /* The decision for nbytes in count pieces (count 0: as 1).  method: a

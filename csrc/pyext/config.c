@@ -147,9 +147,9 @@ PyObject *fast_set_debug_hook(PyObject *self, PyObject *hook)
 
 /* decide(nbytes, count=1, threads=1, method="auto", hot=None) -> (routine,
  * threads, unit, hot routine or None, adaptive, (temporal arm, streaming
- * arm), hot range's length): what a call over nbytes in count pieces runs,
- * from the policy every call follows; hot: None, True, False or the hot
- * range's length.  plan() reports it. */
+ * arm), hot range's length, skip_untouched): what a call over nbytes in
+ * count pieces runs, from the policy every call follows; hot: None, True,
+ * False or the hot range's length.  plan() reports it. */
 PyObject *fast_decide(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -182,11 +182,12 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
     }
     struct cp_decision d;
     decide((size_t)n, (size_t)count, idx, t, word, (size_t)hot_n, &d);
-    return Py_BuildValue("(OinOO(OO)n)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
+    return Py_BuildValue("(OinOO(OO)nO)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
                          d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
                          cfg.r[d.arms[CP_ADAPT_TEMPORAL]].name,
-                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes);
+                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
+                         d.skip_untouched ? Py_True : Py_False);
 }
 
 PyObject *fast_settings(PyObject *self, PyObject *unused)
@@ -196,7 +197,7 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
     if (!cfg.ready)
         Py_RETURN_NONE;
     const struct cp_policy *p = &cfg.policy;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:K,s:K}",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:K,s:K,s:K}",
                          "vector_max", (unsigned long long)p->vector_max,
                          "nt_min", (unsigned long long)p->nt_min,
                          "unit", (unsigned long long)p->unit,
@@ -204,5 +205,21 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
                          "slice_ns", (unsigned long long)cfg.slice_ns,
                          "adapt", p->adapt_lo < p->adapt_hi,
                          "adapt_lo", (unsigned long long)p->adapt_lo,
-                         "adapt_hi", (unsigned long long)p->adapt_hi);
+                         "adapt_hi", (unsigned long long)p->adapt_hi,
+                         "untouched_min", (unsigned long long)p->untouched_min);
+}
+
+/* set_untouched(min_bytes): the configured policy's untouched_min (0: never
+ * look), until the next configure(); benchmarks measure the look's cost
+ * on resident memory with it. */
+PyObject *fast_set_untouched(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (ensure_ready() < 0)
+        return NULL;
+    cfg.policy.untouched_min = (size_t)v;
+    Py_RETURN_NONE;
 }

@@ -387,9 +387,17 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     size_t total = nat->job_total(job);
     struct cp_decision d;
     decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
-    if (call_debug_hook("acquired", -1, total) == 0
-        && run_job(job, d.routine, d.threads, d.unit, total) == 0)
-        res = Py_NewRef(Py_None);
+    if (call_debug_hook("acquired", -1, total) == 0) {
+        if (d.skip_untouched) {
+            size_t left = skip_untouched(job, total);
+            if (left < total) {       /* decided again, for what is left */
+                total = left;
+                decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
+            }
+        }
+        if (run_job(job, d.routine, d.threads, d.unit, total) == 0)
+            res = Py_NewRef(Py_None);
+    }
     nat->job_free(job);
 fail:
     if (have_pv)

@@ -111,6 +111,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
 int clear_whole(char *base, size_t n, int idx, int threads, int word);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
+size_t skip_untouched(struct cp_job *job, size_t total);
 
 /* ---- the module's functions (entries.c, config.c) ------------------------------ */
 
@@ -128,6 +129,7 @@ PyObject *fast_set_hooks(PyObject *, PyObject *, PyObject *);
 PyObject *fast_set_debug_hook(PyObject *, PyObject *);
 PyObject *fast_decide(PyObject *, PyObject *);
 PyObject *fast_settings(PyObject *, PyObject *);
+PyObject *fast_set_untouched(PyObject *, PyObject *);
 
 PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_nonzero_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);

@@ -75,6 +75,12 @@ static PyMethodDef module_methods[] = {
      "hot: None, True (all of it used next), False (not soon) or the hot range's\n"
      "length."},
     {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
+    {"set_untouched", fast_set_untouched, METH_O,
+     "set_untouched(min_bytes): the configured policy's untouched_min (0: never\n"
+     "look for untouched pages) until the next configure(); for benchmarks."},
+    {"set_untouched", fast_set_untouched, METH_O,
+     "set_untouched(min_bytes): clears of at least that many bytes leave\n"
+     "never-touched private anonymous pages alone (0: never look)."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
      "is_zero(buf, *, threads=1) -> bool\n--\n\n"
      "True when every byte of a readable buffer is zero.  Reads nothing\n"
