@@ -1,8 +1,10 @@
 """Shared pieces of the benchmark suite and the reproduction scripts.
 
-Buffers are anonymous mmaps, 2 MiB-aligned and advised MADV_HUGEPAGE (THP in
-madvise mode would otherwise give 4 KiB pages and the clear would measure page
-faults), then written once so that no timed clear pays for faulting.
+Buffers and the bound clear calls are the package's measurement engine's
+(clearpages/_measure.py): anonymous mmaps, 2 MiB-aligned and advised
+MADV_HUGEPAGE (THP in madvise mode would otherwise give 4 KiB pages and the
+clear would measure page faults), written once so that no timed clear pays for
+faulting.
 
 Results of pytest-benchmark runs are kept in RESULTS and each bench module
 registers a summary (ratios against the goals) that conftest prints at the
@@ -31,6 +33,9 @@ except ImportError:     # `python bench/x.py` from a checkout: sys.path[0] is be
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import clearpages as cp
 
+from clearpages import _measure
+from clearpages._units import format_size
+
 try:
     import numpy as np
 except ImportError:     # numpy is optional: numpy.fill rows are skipped
@@ -54,10 +59,8 @@ def slow_marks(nbytes: int) -> list:
 
 
 def fmt_size(n: int) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size and n % size == 0:
-            return "%d%s" % (n // size, unit)
-    return "%dB" % n
+    """The package's size formatter, without the space (labels and ids: 4KiB)."""
+    return format_size(n, sep="")
 
 
 def size_arg(text: str) -> int:
@@ -83,87 +86,29 @@ def scaled(nbytes: int, scale: float, align: int = PMD) -> int:
     return max(align, int(nbytes * scale) // align * align)
 
 
-# ---- buffers ------------------------------------------------------------
+# ---- buffers and what to time: the package's measurement engine ----------
+
+#: Prefaulted, 2 MiB-aligned, THP-advised anonymous memory: ``view``,
+#: ``address``, ``ptr``, ``size``, ``numpy()`` (clearpages/_measure.py).
+Buffer = _measure.Buffer
 
 
-class Buffer:
-    """nbytes of prefaulted, 2 MiB-aligned, huge-page-advised anonymous memory."""
-
-    def __init__(self, nbytes: int, *, prefault: bool = True, huge: bool = True) -> None:
-        self.nbytes = nbytes
-        self._map = mmap.mmap(-1, nbytes + PMD)
-        if huge and hasattr(mmap, "MADV_HUGEPAGE"):
-            self._map.madvise(mmap.MADV_HUGEPAGE)
-        c = ctypes.c_char.from_buffer(self._map)
-        base = ctypes.addressof(c)
-        del c
-        self.offset = (-base) % PMD
-        self.addr = base + self.offset
-        self.mv = memoryview(self._map)[self.offset:self.offset + nbytes]
-        self._array = None
-        if prefault:
-            ctypes.memset(self.addr, 0xA5, nbytes)
-
-    @property
-    def array(self) -> Any:
-        """A numpy uint8 view (None without numpy)."""
-        if self._array is None and np is not None:
-            self._array = np.frombuffer(self.mv, dtype=np.uint8)
-        return self._array
-
-    def page(self, i: int, page_size: int = 4096) -> memoryview:
-        return self.mv[i * page_size:(i + 1) * page_size]
-
-    def close(self) -> None:
-        self._array = None
-        self.mv.release()
-        try:
-            self._map.close()
-        except BufferError:
-            pass        # a view is still alive somewhere; unmapped when it goes
-
-
-# ---- what to time -------------------------------------------------------
-
-
-def clear_fn(name: str, buf: Buffer) -> Callable[[], None]:
-    """A zero-argument callable clearing buf the way `name` says.
-
-    Names: a clearpages method, "auto", "ctypes.memset", "numpy.fill".
-    """
-    mv, n = buf.mv, buf.nbytes
-    if name == "auto":
-        clear = cp.clear
-        return lambda: clear(mv)
-    if name == "ctypes.memset":
-        memset, addr = ctypes.memset, buf.addr
-        return lambda: memset(addr, 0, n)
-    if name == "numpy.fill":
-        arr = buf.array
-        if arr is None:
-            raise RuntimeError("numpy is not installed")
-        return lambda: arr.fill(0)
-    clear = cp.clear
-    return lambda: clear(mv, method=name)
+def clear_fn(name: str, buf: Buffer, *, direct: bool = False) -> Callable[[], None]:
+    """A zero-argument callable clearing the whole of buf as the engine's
+    candidate `name` does: a method (``clear(view, method=name)``, or the
+    routine called once, no job and no policy, when ``direct``), "auto", or a
+    competitor ("memset", "numpy.fill", "numpy[...]=0")."""
+    fn, args, kw = _measure.candidates([name], direct=direct)[0].bind(buf, buf.size, 0)
+    return lambda: fn(*args, **kw)
 
 
 def direct_fn(name: str, buf: Buffer) -> Callable[[], None]:
     """The routine called once on the whole buffer, no job, no policy."""
-    from clearpages._dispatch import state
-    from clearpages._native import ffi
-
-    fn = state().direct[name]
-    ptr = ffi.cast("char *", buf.addr)
-    n = buf.nbytes
-    return lambda: fn(ptr, n)
+    return clear_fn(name, buf, direct=True)
 
 
-def streaming_methods() -> list[str]:
-    """The non-temporal routines usable here, widest first."""
-    from clearpages._routines import BY_NAME
-
-    order = ("avx512_nt", "avx2_nt", "movnti", "clzero")
-    return [m for m in order if m in cp.methods() and not BY_NAME[m].temporal]
+#: The non-temporal routines usable here, in the policy's order of preference.
+streaming_methods = _measure.streaming_routines
 
 
 # ---- page-at-a-time, natively -------------------------------------------

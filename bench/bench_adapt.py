@@ -66,11 +66,11 @@ class Walk:
 
     def __init__(self, pool: _common.Buffer, warm: _common.Buffer, n: int) -> None:
         self.n = n
-        self.slots = pool.nbytes // n
-        self.pool_mv = [pool.mv[i * n:(i + 1) * n] for i in range(self.slots)]
-        self.pool_ptr = [ffi.cast("char *", pool.addr + i * n) for i in range(self.slots)]
-        self.warm_mv = warm.mv[:n]
-        self.warm_ptr = ffi.cast("char *", warm.addr)
+        self.slots = pool.size // n
+        self.pool_mv = [pool.view[i * n:(i + 1) * n] for i in range(self.slots)]
+        self.pool_ptr = [ffi.cast("char *", pool.address + i * n) for i in range(self.slots)]
+        self.warm_mv = warm.view[:n]
+        self.warm_ptr = ffi.cast("char *", warm.address)
         self.cursor = 0
 
     def next_slot(self) -> int:
@@ -178,7 +178,7 @@ def outside(rounds: int = 9, big: int = 1 << 30) -> str:
     rows = []
     for n, calls in ((4096, 20000), (big, 2)):
         buf = _common.Buffer(n)
-        call = functools.partial(cp.clear, buf.mv)
+        call = functools.partial(cp.clear, buf.view)
         times: dict[bool, list[float]] = {True: [], False: []}
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):

@@ -44,7 +44,7 @@ def _cases():
 @pytest.mark.parametrize("size,method,path,quick", list(_cases()))
 def test_chunking(benchmark, buffers, size, method, path, quick):
     buf = buffers.get(size)
-    mv = buf.mv
+    mv = buf.view
     if path == "direct":
         fn = _common.direct_fn(method, buf)
     else:
@@ -68,7 +68,7 @@ def test_unit(benchmark, buffers, unit):
     size = FULL
     buf = buffers.get(size)
     method = _common.streaming_methods()[0] if _common.streaming_methods() else "libc"
-    ptr = ffi.cast("char *", buf.addr)
+    ptr = ffi.cast("char *", buf.address)
     _state = state()
 
     def fn():
@@ -83,7 +83,7 @@ def test_unit(benchmark, buffers, unit):
 
     _common.run_bench(benchmark, fn, suite=UNITS_SUITE, label=fmt_size(unit), variant=method,
                       nbytes=size, total=0, rounds=6, iterations=1)
-    assert buf.mv[0] == 0 and buf.mv[size - 1] == 0
+    assert buf.view[0] == 0 and buf.view[size - 1] == 0
     assert _state.direct[method] is not None
 
 

@@ -1,5 +1,5 @@
 """Ctrl-C latency: SIGINT to KeyboardInterrupt while a large Region is
-cleared in a loop (the SPEC: within milliseconds, even on a 12 GiB region).
+cleared in a loop (the goal: within milliseconds, even on a 12 GiB region).
 
     python bench/bench_ctrl_c.py [--size 12G] [--tries 5]
 

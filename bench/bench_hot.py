@@ -25,11 +25,11 @@ ZERO = bytes(HOT)
 
 
 def _reader(buf: _common.Buffer, start: int):
-    if buf.array is not None:
+    if _common.np is not None:
         # max over 8-byte words: every byte is read, at close to cache speed.
-        words = buf.array[start:start + HOT].view(_common.np.uint64)
+        words = buf.numpy()[start:start + HOT].view(_common.np.uint64)
         return lambda: int(words.max())
-    part = buf.mv[start:start + HOT]
+    part = buf.view[start:start + HOT]
     return lambda: 0 if part == ZERO else 1
 
 
@@ -51,7 +51,7 @@ def test_hot(benchmark, buffers, size, timed, variant, quick):
     buf = buffers.get(size)
     start = size // 2 // MiB * MiB
     hot = (start, start + HOT) if variant == "hot" else None
-    mv = buf.mv
+    mv = buf.view
     read = _reader(buf, start)
 
     def clear():

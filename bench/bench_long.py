@@ -29,12 +29,12 @@ def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
     from clearpages._native import ffi
 
     buf = _common.Buffer(size)
-    view = buf.mv
+    view = buf.view
     direct = state().direct
-    ptr = ffi.cast("char *", buf.addr)
+    ptr = ffi.cast("char *", buf.address)
     cands = {
         "auto": lambda v=view: cp.clear(v),
-        "memset (one call)": lambda: ctypes.memset(buf.addr, 0, size),
+        "memset (one call)": lambda: ctypes.memset(buf.address, 0, size),
     }
     for name in ("rep_stosb", "libc"):
         if name in cp.methods():

@@ -2,7 +2,7 @@
 
 1 GiB of randomly ordered 4 KiB pages (CLEARPAGES_BENCH_SCALE or
 --bench-scale scales it), from a pool exactly that size (a permutation of
-its pages) and from a pool twice that size (a random half).  Goals (SPEC):
+its pages) and from a pool twice that size (a random half).  Goals (bench/README.md):
 clear_pages at least 0.8x one contiguous clear of the same number of bytes
 and at least 5x a Python loop of per-page clear(memoryview slice);
 clear_many over the same pages as separate memoryviews at least 2x the loop.
@@ -70,14 +70,14 @@ def _pool(total: int, pool: str, buffers):
         nbytes, idx = _pages(total, pool)
         buf = buffers.get(nbytes, "pool")
         _state.update(key=key, buf=buf, idx=idx, pages=array.array("q", idx),
-                      views=[buf.page(i) for i in idx])
+                      views=[buf.view[i * PAGE:(i + 1) * PAGE] for i in idx])
     return _state["buf"], _state["idx"], _state["pages"], _state["views"]
 
 
 @pytest.mark.parametrize("total,pool,variant,quick", list(_cases()))
 def test_multi(benchmark, buffers, total, pool, variant, quick):
     buf, idx, pages, views = _pool(total, pool, buffers)
-    mv = buf.mv
+    mv = buf.view
     if variant == "contiguous":
         part = mv[:total]
         fn = lambda: cp.clear(part)

@@ -33,7 +33,7 @@ def _cases():
 @pytest.mark.parametrize("size,threads,quick", list(_cases()))
 def test_threads(benchmark, buffers, size, threads, quick):
     buf = buffers.get(size)
-    mv = buf.mv
+    mv = buf.view
     rec = _common.run_bench(benchmark, lambda: cp.clear(mv, threads=threads), suite=SUITE,
                             label=fmt_size(size), variant=str(threads), nbytes=size,
                             total=(4 if quick else 8) * size, iterations=1)

@@ -1,7 +1,7 @@
 """pytest configuration for the benchmark suite.
 
     python -m pytest bench -k quick          # smoke subset, under two minutes
-    python -m pytest bench                   # everything up to 128 MiB and scaled sets
+    python -m pytest bench                   # everything below 512 MiB, and scaled sets
     python -m pytest bench --slow            # plus the 512 MiB and 1 GiB cases
 
 --bench-scale (or CLEARPAGES_BENCH_SCALE) multiplies the 1 GiB working sets of

@@ -52,16 +52,16 @@ def run(quick: bool = False, region: int | None = None, rounds: int | None = Non
             ext = min(extent, region)
             for method in _routines():
                 page = _common.time_it(
-                    lambda m=method: call(m, buf.addr, region, PAGE), rounds)
+                    lambda m=method: call(m, buf.address, region, PAGE), rounds)
                 whole = _common.time_it(
-                    lambda m=method, e=ext: call(m, buf.addr, region, e), rounds)
+                    lambda m=method, e=ext: call(m, buf.address, region, e), rounds)
                 pm, ps = _common.mean_sd([_common.gbps(region, t) for t in page])
                 wm, ws = _common.mean_sd([_common.gbps(region, t) for t in whole])
                 rows.append([fmt_size(extent) + ("" if ext == extent else
                                                  " (as %s)" % fmt_size(ext)),
                              method, "%.1f ± %.1f%%" % (pm, 100 * ps / pm),
                              "%.1f ± %.1f%%" % (wm, 100 * ws / wm), "%.2fx" % (wm / pm)])
-        assert not any(buf.mv[:PAGE]) and not any(buf.mv[region - PAGE:])
+        assert not any(buf.view[:PAGE]) and not any(buf.view[region - PAGE:])
     finally:
         buf.close()
     head = ("multi-page clearing: %s region cleared extent by extent, %d rounds, "

@@ -65,7 +65,7 @@ def _region(size: int) -> tuple[Any, Any, str]:
                 continue
             return r, r.close, what
     buf = _common.Buffer(size)
-    return buf.mv, buf.close, "2 MiB THP (mmap + MADV_HUGEPAGE)" + (
+    return buf.view, buf.close, "2 MiB THP (mmap + MADV_HUGEPAGE)" + (
         "" if Region is not None else "; clearpages.Region not available")
 
 

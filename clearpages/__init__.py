@@ -33,9 +33,9 @@ from ._core import (
     thresholds,
 )
 from ._cpu import CPU
-from ._errors import PageIndexError, UnsupportedMethod
+from ._errors import HugePagesUnavailable, PageIndexError, UnsupportedMethod
 from ._policy import Plan, Thresholds
-from ._region import HugePagesUnavailable, Region
+from ._region import Region
 from ._routines import ALL_METHODS, ROUTINES
 from ._scan import is_zero, nonzero_pages
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import _core, _dispatch, _measure, _system
 from ._policy import NEVER, Thresholds, decide
+from ._profile import scores
 from ._routines import BY_NAME
 from ._units import KiB, MiB, format_size
 
@@ -36,17 +37,21 @@ Table = Mapping[int, Cases]
 """{size: {scenario: {name: _measure.Measurement}}}"""
 
 
+def _scores(cases: Cases) -> dict[str, float]:
+    """Each routine's score at one size (RULE): the package's one scoring
+    function, _profile.scores, over the measured GB/s."""
+    return scores({sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()})
+
+
 def _score(cases: Cases, name: str) -> float:
-    return float(min(row[name].median / max(m.median for m in row.values())
-                     for row in cases.values()))
+    return _scores(cases)[name]
 
 
 class _Scored:
     """Each routine's score (RULE) and noise at each size, computed once."""
 
     def __init__(self, data: Table) -> None:
-        self.score = {size: {n: _score(cases, n) for n in next(iter(cases.values()))}
-                      for size, cases in data.items()}
+        self.score = {size: _scores(cases) for size, cases in data.items()}
         self.spread = {size: {n: max(row[n].rel_spread for row in cases.values())
                               for n in next(iter(cases.values()))}
                        for size, cases in data.items()}

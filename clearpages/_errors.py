@@ -1,4 +1,9 @@
-"""Every exception the package raises of its own, in one place."""
+"""The exceptions of the public API, in one place.
+
+ConfigError (a bad CLEARPAGES_* value) is defined with the reading of the
+environment, in _config, which everything else imports first, and comes
+from here too; MissingCalibration (_calibration) and the command line's
+UsageError (__main__) are ConfigError and an internal signal of one module."""
 
 from __future__ import annotations
 
@@ -15,6 +20,10 @@ class UnsupportedMethod(RuntimeError):
 
 class PageIndexError(IndexError, ValueError):
     """A page index outside the buffer (an IndexError and a ValueError)."""
+
+
+class HugePagesUnavailable(OSError):
+    """hugetlb pages of the requested size cannot be had (errno ENOMEM)."""
 
 
 def print_alone_if_uncaught(err: BaseException) -> None:
@@ -36,4 +45,5 @@ def print_alone_if_uncaught(err: BaseException) -> None:
     sys.excepthook = hook
 
 
-__all__ = ["ConfigError", "PageIndexError", "UnsupportedMethod", "print_alone_if_uncaught"]
+__all__ = ["ConfigError", "HugePagesUnavailable", "PageIndexError", "UnsupportedMethod",
+           "print_alone_if_uncaught"]

@@ -65,7 +65,7 @@ COLD_POOL_FACTOR = 4
 COLD_MIN_SLOTS = 4
 
 #: Untimed calls adaptive ``auto`` makes at a size and scenario of its band
-#: before it is timed there (SPEC: "after a few dozen calls").
+#: before it is timed there (its goal holds "after a few dozen calls").
 ADAPT_WARMUP = 48
 
 
@@ -206,6 +206,16 @@ def competitor(name: str) -> Candidate:
     if name not in binds:
         raise ValueError("unknown competitor %r; known: %s" % (name, ", ".join(binds)))
     return Candidate(name, "competitor", binds[name])
+
+
+def streaming_routines() -> list[str]:
+    """The non-temporal routines usable here: the policy's order of
+    preference, then the rest in the routine table's."""
+    from ._policy import STREAMING_PREFERENCE
+
+    usable = [m for m in _core.methods() if not BY_NAME[m].temporal]
+    first = [m for m in STREAMING_PREFERENCE if m in usable]
+    return first + [m for m in usable if m not in first]
 
 
 def known_names() -> tuple[str, ...]:

@@ -35,7 +35,7 @@ SCHEMA = "machine-profile/1"
 #: Sizes a profile measures: 4 KiB to 1 GiB, every power of two.
 SIZES: tuple[int, ...] = tuple(1 << b for b in range(12, 31))
 
-#: The goals the replay judges by (SPEC "Performance").
+#: The goals the replay judges by (the first of bench/README.md's "The goals").
 WITHIN_BEST = 0.9
 """auto's score at least this fraction of the best static choice's."""
 OVER_MEMSET_NEAR_L3 = 1.2

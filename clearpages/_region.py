@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import array
 import errno
-import functools
 import operator
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from ._errors import HugePagesUnavailable
 from ._fast import RegionMemory
 from ._native import lib
+from ._system import address_space_limit as _address_space_limit
+from ._system import hugetlb_pages
+from ._system import memory_locked as _memory_locked
 from ._system import thp_mode as _thp_mode
 from ._units import GiB, KiB, MiB, format_size as _fmt_size, parse_size as _parse_size
 
@@ -58,21 +61,6 @@ ALIGNMENTS = {
 #: Populate in slices so Ctrl-C is answered between them.
 _POPULATE_SLICE = 256 * MiB
 
-_HUGETLB_DIR = "/sys/kernel/mm/hugepages/hugepages-%dkB"
-
-
-@functools.cache
-def _address_space_limit() -> int:
-    """Bytes of user address space: 128 TiB, 64 PiB with 5-level paging."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return 1 << 56 if " la57" in line else 1 << 47
-    except OSError:
-        pass
-    return 1 << 47
-
 
 
 #: fork= values: what a forked child sees of the region.
@@ -100,14 +88,7 @@ def _memlock_text() -> str:
 
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     limit = "unlimited" if soft == resource.RLIM_INFINITY else _fmt_size(soft)
-    locked = 0
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmLck:"):
-                    locked = int(line.split()[1]) * KiB
-    except (OSError, ValueError):
-        pass
+    locked = _memory_locked()
     return "this process may lock %s (RLIMIT_MEMLOCK) and has %s locked" % (
         limit, _fmt_size(locked))
 
@@ -132,10 +113,6 @@ def _protect_error(err: int, failed: int, size: int, what: str = "a region of %s
     return OSError(err, "%s (%s)" % (msg, os.strerror(err)))
 
 
-class HugePagesUnavailable(OSError):
-    """hugetlb pages of the requested size cannot be had (errno ENOMEM)."""
-
-
 @dataclass(frozen=True)
 class Backing:
     """What the kernel actually gave a region, from /proc/self/smaps (bytes)."""
@@ -154,25 +131,6 @@ class Backing:
     def huge(self) -> int:
         """Bytes backed by huge pages of either kind."""
         return self.anon_huge_pages + self.hugetlb
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def hugetlb_pages(page_bytes: int) -> dict[str, Any]:
-    """The hugetlb pool of one page size: path, nr, free, reserved, surplus
-    (None where the kernel or CPU has no pool of that size)."""
-    d = _HUGETLB_DIR % (page_bytes // KiB)
-    info: dict[str, Any] = {"path": d + "/nr_hugepages"}
-    for key, name in (("nr", "nr_hugepages"), ("free", "free_hugepages"),
-                      ("reserved", "resv_hugepages"), ("surplus", "surplus_hugepages")):
-        info[key] = _read_int(d + "/" + name)
-    return info
 
 
 def _hugetlb_error(size: int, page_bytes: int, err: int,

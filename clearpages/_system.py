@@ -1,13 +1,18 @@
 """Facts about the running system, read in one place: transparent huge
-pages, available memory, the kernel, the versions of what is installed."""
+pages, the hugetlb pools, available and locked memory, the address space,
+the kernel, the versions of what is installed.  (The CPU's caches are the
+CPU description's, read by _cpu; what the kernel gave one Region, its
+/proc/self/smaps entry, is read by the Region.)"""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import platform
 from typing import Any
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+HUGETLB_DIR = "/sys/kernel/mm/hugepages/hugepages-%dkB"
 
 
 def thp_mode() -> str | None:
@@ -31,6 +36,50 @@ def memory_available() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+@functools.cache
+def address_space_limit() -> int:
+    """Bytes of user address space: 128 TiB, 64 PiB with 5-level paging."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return 1 << 56 if " la57" in line else 1 << 47
+    except OSError:
+        pass
+    return 1 << 47
+
+
+def memory_locked() -> int:
+    """Bytes this process has locked in memory (VmLck), 0 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmLck:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def hugetlb_pages(page_bytes: int) -> dict[str, Any]:
+    """The hugetlb pool of one page size: path, nr, free, reserved, surplus
+    (None where the kernel or CPU has no pool of that size)."""
+    d = HUGETLB_DIR % (page_bytes // 1024)
+    info: dict[str, Any] = {"path": d + "/nr_hugepages"}
+    for key, name in (("nr", "nr_hugepages"), ("free", "free_hugepages"),
+                      ("reserved", "resv_hugepages"), ("surplus", "surplus_hugepages")):
+        info[key] = _read_int(d + "/" + name)
+    return info
 
 
 def measurement_cap() -> int:

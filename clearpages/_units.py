@@ -16,13 +16,15 @@ _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 
 
-def format_size(n: float) -> str:
-    """1536 -> '1.5 KiB', 4096 -> '4 KiB', 12 -> '12 B'."""
+def format_size(n: float, sep: str = " ") -> str:
+    """1536 -> '1.5 KiB', 4096 -> '4 KiB', 12 -> '12 B' (sep="": '4KiB', for
+    labels and test ids)."""
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if n >= size:
             value = n / size
-            return ("%d %s" % (value, unit)) if value == int(value) else ("%.1f %s" % (value, unit))
-    return "%d B" % n
+            text = ("%d" % value) if value == int(value) else ("%.1f" % value)
+            return text + sep + unit
+    return "%d%sB" % (n, sep)
 
 
 def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:

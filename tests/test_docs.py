@@ -132,3 +132,19 @@ def test_readme_says_how_to_wipe_secrets(readme):
     for words in ("lock=True", "dump=False", 'fork="wipe"', "RLIMIT_MEMLOCK",
                   "never elided", "cannot reach", "bytes", "swap"):
         assert words in part, words
+
+
+def test_the_repository_speaks_for_itself():
+    """Goals and reasons are stated here, in the repository's own words: no
+    code, bench script or document cites a specification a user does not have."""
+    found = []
+    for top in ("clearpages", "bench", "docs", "csrc", "asm", "tests"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix in (".py", ".md", ".c", ".h", ".S", ".pyi") and path.is_file():
+                text = path.read_text(errors="replace")
+                if re.search(r"\bSPEC\b", text) and path.name != "test_docs.py":
+                    found.append(str(path.relative_to(ROOT)))
+    for name in ("README.md", "CHANGELOG.md"):
+        if re.search(r"\bSPEC\b", (ROOT / name).read_text()):
+            found.append(name)
+    assert not found, found
