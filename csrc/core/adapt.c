@@ -78,7 +78,7 @@
 #include "adapt.h"
 #include "inject.h"
 
-enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 256 };
+enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 512, SAMPLE_GAP = 16 };
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
@@ -91,6 +91,9 @@ enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 256 };
 /* The current arm's use cost moved by more than 1/USE_CHANGE of its whole
  * cost since the last confirmation: the program changed; explore again. */
 #define USE_CHANGE 4.0
+/* What one timed call may be off by whatever its length: two clock reads
+ * through the vDSO on a guest, an interrupt (ns). */
+#define JITTER_NS 50.0
 enum { BURST_MAX = 16, BURST_STALL = 3, AMORTIZE = 128 };
 
 struct arm_state {
@@ -127,7 +130,7 @@ struct ctx_state {
     double use_ref;             /* the current arm's use when last confirmed; < 0: none */
     /* Read and written without the lock (relaxed atomics): */
     uint32_t quiet_left;        /* untimed calls still to run on `cur` */
-    uint32_t quiet_calls;       /* untimed calls run since the lock last saw them */
+    uint32_t quiet_set;         /* quiet_left when the lock last set it */
 };
 
 /* The cycle opened by the last timed steady clear: closed by the next band
@@ -214,7 +217,7 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
     /* Settled, a timed pair every 4 MiB of clears: at 16 KiB one pair in
      * 256 calls (four clock reads and the lock twice, ~0.2-0.3 us, against
      * ~80 us of clears), from 4 MiB up every call (~0.06 us in >= 40 us). */
-    p->sample_bytes = 4u << 20;
+    p->sample_bytes = 8u << 20;
     /* The program's time after a clear counts up to 32 clears' worth: on a
      * Zen 4 guest a cold 16 KiB buffer cleared, half written and summed
      * spends ~14x its streaming clear (0.26 us) in the rest of the step
@@ -325,14 +328,28 @@ static int ticket_of(int cls, int kind, int explore, int ctx, int arm)
  * away.  Then the next period - 2 calls run untimed. */
 static int is_settled(const struct ctx_state *s);
 
+/* Counts the untimed calls run since quiet_left was set, and ends the run. */
+static void drain_quiet(struct ctx_state *s)
+{
+    uint32_t left = LOAD(s->quiet_left);
+    uint32_t ran = s->quiet_set > left ? s->quiet_set - left : 0;
+    STORE(s->quiet_left, 0);
+    s->quiet_set = 0;
+    s->calls += ran;
+    s->since += ran;
+}
+
 static void maybe_quiet(struct ctx_state *s)
 {
     if (!is_settled(s))
         return;
     uint32_t quiet = s->period - 2;
     uint32_t due = s->gap > s->since + 2 ? s->gap - s->since - 2 : 0;
-    STORE(s->quiet_left, quiet < due ? quiet : due);
+    s->quiet_set = quiet < due ? quiet : due;
+    STORE(s->quiet_left, s->quiet_set);
 }
+
+static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s);
 
 int cp_adapt_choose(size_t n, const void *addr)
 {
@@ -346,9 +363,16 @@ int cp_adapt_choose(size_t n, const void *addr)
     if (quiet && !LOAD(cycle.on)) {
         /* Settled: the current arm, untimed, no lock. */
         STORE(s->quiet_left, quiet - 1);
-        STORE(s->quiet_calls, LOAD(s->quiet_calls) + 1);
         return ticket_of(cls, 0, 0, ctx, LOAD(s->cur)) | CP_ADAPT_UNTIMED;
     }
+    return choose_locked(n, cls, ctx, s);
+}
+
+/* The rest of choose: a timed call, under the lock.  Apart, so that the
+ * untimed path above stays a leaf with nothing to save. */
+static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
+                                                   struct ctx_state *s)
+{
     if (pthread_mutex_trylock(&lock) != 0)
         return -1;              /* another thread is choosing: static, unrecorded */
     if (!enabled || n < params.lo || n >= params.hi) {  /* changed meanwhile */
@@ -369,10 +393,8 @@ int cp_adapt_choose(size_t n, const void *addr)
         size_t period = params.sample_bytes / n;
         s->period = period < 1 ? 1 : period > PERIOD_MAX ? PERIOD_MAX : (uint32_t)period;
     }
-    uint32_t ran = LOAD(s->quiet_calls);    /* untimed calls since the lock last looked */
-    STORE(s->quiet_calls, 0);
-    s->calls += ran + 1;
-    s->since += ran;
+    drain_quiet(s);
+    s->calls++;
     int other = !s->cur, explore;
     if (s->burst_left) {
         s->burst_left--;        /* the rest of an exploration */
@@ -483,8 +505,10 @@ static int close_cycle(uint64_t start)
     double cap = params.use_factor * cycle.x;
     struct arm_state *a = &s->arm[cycle.arm];
     observe_use(a, u < cap ? u : cap, cycle.mine);
+    double moved = fabs(a->use_est - s->use_ref);
     if (cycle.mine && cycle.arm == s->cur && s->use_ref >= 0 && a->nuse >= EXPLORED_WINDOW
-        && fabs(a->use_est - s->use_ref) * USE_CHANGE > a->est + s->use_ref) {
+        && moved * USE_CHANGE > a->est + s->use_ref
+        && moved * (double)cycle.n > USE_CHANGE * JITTER_NS) {
         /* What the program does after the clear changed (a pool's pages
          * now padded and read, or no longer): the other arm's use is
          * measured again, soon, before the two are compared whole. */
@@ -493,7 +517,7 @@ static int close_cycle(uint64_t start)
         s->confirmed = 0;
         if (s->gap > s->since + params.explore_min)
             s->gap = s->since + params.explore_min;
-        STORE(s->quiet_left, 0);
+        drain_quiet(s);
     }
     return 1;
 }
@@ -569,7 +593,11 @@ static void record(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns, int
         int whole = s->arm[cur].nuse && s->arm[other].nuse;
         double c = s->arm[cur].est + (whole ? s->arm[cur].use_est : 0);
         double o = s->arm[other].est + (whole ? s->arm[other].use_est : 0);
-        double h = 1.0 + params.hysteresis_ppm * 1e-6;
+        /* The hysteresis, and the jitter of one timed call (the clock, an
+         * interrupt) on top of it, which a short clear feels the most: at
+         * 16 KiB, ~0.2 us of clear and ~0.3 us of loop between two, the
+         * jitter alone is 10%. */
+        double h = 1.0 + params.hysteresis_ppm * 1e-6 + JITTER_NS / ((double)n * (c > 0 ? c : 1));
         /* Switch when the other arm is faster by the hysteresis, the
          * current arm's latest clears agree (the slow clears right after
          * other work evicted the buffer pass, and the lagging average
@@ -607,8 +635,13 @@ static void record(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns, int
                 s->confirmed++;
             s->use_ref = ca->nuse ? ca->use_est : -1;
             uint64_t gap = (uint64_t)params.explore_min << s->confirmed;
-            if (gap > params.explore_max)
-                gap = params.explore_max;
+            /* Where timing is sampled the longest gap grows with the
+             * period, so that it stays about as many bytes of clears: an
+             * exploration's timed calls cost what the sampling saves. */
+            uint64_t most = (uint64_t)params.explore_max
+                            * (s->period > SAMPLE_GAP ? s->period / SAMPLE_GAP : 1);
+            if (gap > most)
+                gap = most;
             /* One exploration: into the other arm (the burst's warm-up
              * calls counted as costly as the first), its steady call, and
              * back (as many calls to refill the cache as the burst took);
@@ -622,8 +655,7 @@ static void record(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns, int
             double budget = params.budget_ppm ? params.budget_ppm * 1e-6 : 1e-6;
             double need = c > 0 && extra > 0 ? extra / c / budget : 0.0;
             if (need > (double)gap)
-                gap = need < (double)params.explore_max ? (uint64_t)need + 1
-                                                        : params.explore_max;
+                gap = need < (double)most ? (uint64_t)need + 1 : most;
             s->gap = (uint32_t)gap;
         }
     }
@@ -667,12 +699,13 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
             out->samples[i] = s->arm[i].samples;
             out->transition_ns_per_byte[i] = s->arm[i].ntrans ? s->arm[i].trans : 0.0;
         }
-        out->calls = s->calls + LOAD(s->quiet_calls);
+        out->calls = s->calls + (s->quiet_set - LOAD(s->quiet_left));
         out->explorations = s->explorations;
         out->switches = s->switches;
         out->gap = s->gap;
         out->timed = s->timed;
         out->period = s->period;
+        out->confirmed = s->confirmed;
         for (int i = 0; i < 2; i++)
             out->use_ns_per_byte[i] = s->arm[i].nuse ? s->arm[i].use_est : 0.0;
     }

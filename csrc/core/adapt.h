@@ -65,6 +65,7 @@ struct cp_adapt_stat {
     uint64_t timed;             /* calls timed (the others ran untimed, settled) */
     uint32_t gap;               /* calls between explorations now */
     uint32_t period;            /* settled: one timed sample every `period` calls */
+    uint32_t confirmed;         /* explorations in a row that kept the arm */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
