@@ -420,7 +420,8 @@ def _fmt(cell: Cell, name: str = AUTO) -> str:
     if name not in cell.times:
         return "-"
     q1, q3 = cell.spread(name)
-    if name == NOT_SOON:        # no goal: it says what streaming costs here
+    if name == NOT_SOON or (name == HOT and cell.workload not in USED):
+        # no goal: what the word costs a program that does not mean it
         return "%.2f [%.2f-%.2f]" % (cell.ratio(name), q1, q3)
     v = cell.verdict(name)
     mark = "" if v == "ok" else " ~" if v == "noise" else " MISS"
