@@ -140,8 +140,8 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     if goals:
         print("\nauto judged by its worse case (goals: within 10% of the best static "
               "routine, never below memset or numpy.fill, 1.2x memset at 1-4x the L3; "
-              "noise: the largest interquartile range of the samples compared, at least "
-              "5%; a shortfall within it is '~', not a miss):", file=out)
+              "noise: the interquartile range of auto's ratio to those, repeat by repeat, "
+              "at least 5%; a shortfall within it is '~', not a miss):", file=out)
 
         def f(x: float | None) -> str:
             return "-" if x is None else "%.2f" % x

@@ -3,6 +3,8 @@ profiles.  ``__main__`` parses arguments and prints; ``_output`` renders."""
 
 from __future__ import annotations
 
+import statistics
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,12 +120,24 @@ def cap_sizes(sizes: Sequence[int]) -> list[int]:
 
 def spread_of(cases: _measure.Cases, best: str) -> float:
     """The noise of a goal's ratios at one size: over the scenarios, the
-    largest interquartile range (relative to the median) of auto, the best
-    static routine and memset, the three a verdict compares; never under
-    the 5% allowance a single quiet run needs."""
-    spreads = [row[n].rel_spread for row in cases.values()
-               for n in (_measure.AUTO, best, _measure.MEMSET) if n in row]
-    return max([_profile.NOISE] + spreads)
+    interquartile range, relative to its median, of auto's ratio to the best
+    static routine and to memset, repeat by repeat (the candidates of a
+    repeat run back to back, so a change of the machine's load lands on
+    both); never under the 5% allowance a single quiet run needs."""
+    spreads = [_profile.NOISE]
+    for row in cases.values():
+        auto = row.get(_measure.AUTO)
+        if auto is None:
+            continue
+        for ref in (best, _measure.MEMSET):
+            if ref not in row or ref == _measure.AUTO:
+                continue
+            ratios = sorted(r / a for a, r in zip(auto.samples, row[ref].samples) if a > 0)
+            if len(ratios) >= 4:
+                q = statistics.quantiles(ratios, n=4, method="inclusive")
+                mid = statistics.median(ratios)
+                spreads.append((q[2] - q[0]) / mid if mid > 0 else 0.0)
+    return max(spreads)
 
 
 def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
