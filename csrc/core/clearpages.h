@@ -54,7 +54,7 @@ struct cp_cpu_info {
     uint64_t raw_features;   /* the CPUID bits before the XCR0 check */
     uint64_t xcr0;           /* 0 where OSXSAVE is clear */
     uint64_t l1d, l2, l3;    /* bytes, 0 where unknown */
-    uint32_t l2_sharing, l3_sharing;  /* logical CPUs sharing the cache */
+    uint32_t l3_sharing;     /* logical CPUs sharing the L3 */
 };
 
 const char *cp_feature_name(int bit);
@@ -117,7 +117,6 @@ uint64_t cp_job_rate(cp_clear_fn fn);
 void cp_job_forget_rates(void);
 
 size_t cp_job_total(const struct cp_job *job);     /* bytes in all */
-size_t cp_job_done(const struct cp_job *job);      /* bytes cleared so far */
 size_t cp_job_extents(const struct cp_job *job);   /* after merging */
 void cp_job_free(struct cp_job *job);
 

@@ -167,10 +167,9 @@ static void decode_caches(const struct cp_cpuid_leaf *leaves, size_t n,
         uint32_t sharing = ((l->eax >> 14) & 0xfff) + 1;
         if (level == 1)
             out->l1d = size;
-        else if (level == 2) {
+        else if (level == 2)
             out->l2 = size;
-            out->l2_sharing = sharing;
-        } else if (level == 3) {
+        else if (level == 3) {
             out->l3 = size;
             out->l3_sharing = sharing;
         }

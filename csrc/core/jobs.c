@@ -15,10 +15,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "adapt.h"          /* cp_adapt_now_ns: the one clock */
 #include "clearpages.h"
 #include "inject.h"
 #include "untouched.h"
@@ -48,19 +48,11 @@ struct cp_job {
     int threads;
     int fence;
     int error;          /* errno of a worker that could not start */
-    uint64_t budget;
     uint64_t deadline;
     atomic_int stop;    /* set when a slice gives up (a thread did not start) */
     atomic_size_t next; /* the first position not yet handed out */
     atomic_size_t done;
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- sort and merge ---------------------------------------------------- */
 
@@ -506,7 +498,7 @@ static int grab(struct cp_job *job, size_t want, size_t *lo, size_t *hi)
 static void run_units(struct cp_job *job)
 {
     uint64_t rate = rate_get(job->fn);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = cp_adapt_now_ns();
     size_t want = rate && job->deadline > t0 ? bytes_in(rate, job->deadline - t0) : job->unit;
     size_t lo, hi;
     uint64_t sum_bytes = 0, sum_ns = 0;
@@ -514,7 +506,7 @@ static void run_units(struct cp_job *job)
     while (grab(job, want, &lo, &hi)) {
         clear_range(job, lo, hi);
         atomic_fetch_add(&job->done, hi - lo);
-        uint64_t t1 = now_ns(), dt = t1 > t0 ? t1 - t0 : 1;
+        uint64_t t1 = cp_adapt_now_ns(), dt = t1 > t0 ? t1 - t0 : 1;
         uint64_t r = (uint64_t)((double)(hi - lo) * 1000.0 / (double)dt);
         if (r == 0)
             r = 1;
@@ -594,8 +586,7 @@ int cp_job_run(struct cp_job *job, uint64_t budget_ns)
     size_t next = atomic_load(&job->next);
     if (next >= job->end)
         return 1;
-    uint64_t start = now_ns();
-    job->budget = budget_ns;
+    uint64_t start = cp_adapt_now_ns();
     job->deadline = start + budget_ns < start ? UINT64_MAX : start + budget_ns;
 
     /* No more threads than pages left to share. */
@@ -631,11 +622,6 @@ int cp_job_error(const struct cp_job *job)
 size_t cp_job_total(const struct cp_job *job)
 {
     return job->end - job->phase;
-}
-
-size_t cp_job_done(const struct cp_job *job)
-{
-    return atomic_load(&((struct cp_job *)job)->done);
 }
 
 size_t cp_job_extents(const struct cp_job *job)

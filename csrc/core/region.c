@@ -122,7 +122,8 @@ static void dontfork(uintptr_t addr, size_t size)
     madvise((void *)addr, size, MADV_DONTFORK);
 }
 
-int cp_region_advise_huge(uintptr_t addr, size_t size)
+/* MADV_HUGEPAGE over the range. */
+static int advise_huge(uintptr_t addr, size_t size)
 {
     /* EINVAL: a kernel without THP.  The region still works, with base
      * pages, and backing() says so. */
@@ -153,7 +154,7 @@ int cp_region_map(size_t size, size_t align, int kind, int huge_shift,
         err = map_exactly(a, size, kind, huge_shift);
         trim(r, len, a, size);
         if (err == 0) {
-            if (kind == CP_REGION_THP && (err = cp_region_advise_huge(a, size)) != 0) {
+            if (kind == CP_REGION_THP && (err = advise_huge(a, size)) != 0) {
                 unmap(a, size);
                 return err;
             }
@@ -533,7 +534,7 @@ static int resize(uintptr_t addr, size_t old_size, size_t new_size,
      * it inherits; advising it again costs nothing and does not depend on
      * that. */
     if (kind == CP_REGION_THP)
-        cp_region_advise_huge(dst + old_size, new_size - old_size);
+        advise_huge(dst + old_size, new_size - old_size);
     *out = dst;
     return 0;
 }

@@ -79,9 +79,6 @@ enum {
  * is harmless (moves and resizes do, for the part that is new). */
 int cp_region_protect(uintptr_t addr, size_t size, int flags, int *failed);
 
-/* MADV_HUGEPAGE over the range. */
-int cp_region_advise_huge(uintptr_t addr, size_t size);
-
 /* PROT_NONE reservation of exactly [addr, addr + size); EEXIST where any of
  * it is mapped.  Used to hold address space (tests and benchmarks block
  * in-place growth with it). */
