@@ -366,3 +366,145 @@ def test_native_exports_one_table_that_fast_imports():
                          capture_output=True, text=True, check=True).stdout
     assert not {"dlopen", "dlsym"} & {line.split()[-1].split("@")[0]
                                       for line in out.splitlines() if line.strip()}
+
+
+# ---- a reload while a call is under way ----------------------------------------
+#
+# A signal handler or another thread may call reload_config() whenever Python
+# code runs inside a call: between two slices of a job, in an item's
+# __index__ or __buffer__.  A routine masked by that reload has a NULL entry
+# in the new table; a call must run only routines it chose after the last
+# such Python code (or copied before it), never an index into a table that
+# changed under it.
+
+def _maskable(names) -> tuple[str, str] | None:
+    """(routine, the features to mask to take it away) for the first of names
+    that needs a feature, or None."""
+    from clearpages._routines import BY_NAME
+
+    for name in names:
+        if name in cp.methods() and BY_NAME[name].requires:
+            return name, ",".join(sorted(BY_NAME[name].requires))
+    return None
+
+
+_RELOAD_DURING_COLD_JOB = r"""
+import faulthandler
+faulthandler.enable()
+import clearpages as cp
+from clearpages import _fast
+name, mask = %r, %r
+cp.reload_config({"CLEARPAGES_METHOD": name})     # auto runs name, for the hot range too
+n = 16 << 20
+p = cp.plan(n, hot=(n - 8192, n))
+assert p.method == p.hot_method == name, p
+calls = []
+
+def hook(where, routine, nbytes):
+    if where == "slice" and not calls:      # as a signal handler would, between slices
+        calls.append(routine)
+        cp.reload_config({"CLEARPAGES_DISABLE": mask})
+
+buf = bytearray(b"\x01") * n
+_fast._set_debug_hook(hook)
+cp.clear(buf, hot=(n - 8192, n))
+_fast._set_debug_hook(None)
+assert calls == [name] and not any(buf[::4096]) and not any(buf[-8192:]), calls
+print("ok")
+"""
+
+
+def test_hot_routine_taken_away_during_the_cold_job_is_not_called():
+    """clear(hot=) chose the hot routine before the cold job (with
+    CLEARPAGES_METHOD, the forced routine for both); a reload during the
+    job that masks it must not leave the call with a NULL routine: the call
+    finishes with the routines it started with."""
+    m = _maskable(cp.methods())
+    if m is None:
+        pytest.skip("no routine here needs a CPU feature that a mask can take away")
+    assert _run_isolated(_RELOAD_DURING_COLD_JOB % m).split() == ["ok"]
+
+
+class _Reloading:
+    """An index whose __index__ reloads the configuration with a mask."""
+
+    def __init__(self, value, mask):
+        self.value, self.mask = value, mask
+
+    def __index__(self):
+        cp.reload_config({"CLEARPAGES_DISABLE": self.mask})
+        return self.value
+
+
+def test_pages_method_is_chosen_after_the_items_index(config):
+    """clear_pages(method=X) with an item whose __index__ takes X away: the
+    call looks the method up after the items are read, and says X is not
+    available now (not 'bad job configuration', never X's NULL entry)."""
+    m = _maskable(cp.methods())
+    if m is None:
+        pytest.skip("no routine here needs a CPU feature that a mask can take away")
+    name, mask = m
+    buf = bytearray(b"\x01" * 16384)
+    with pytest.raises(cp.UnsupportedMethod, match="CLEARPAGES_DISABLE"):
+        cp.clear_pages(buf, [0, _Reloading(2, mask)], method=name)
+    assert buf == bytearray(b"\x01" * 16384)
+
+
+_RELOAD_ONCE_ACQUIRED = r"""
+import faulthandler
+faulthandler.enable()
+import clearpages as cp
+from clearpages import _fast
+mask, name, call = %r, %r, %r
+
+def hook(where, routine, nbytes):
+    # Python code after the buffers are held: what a __buffer__ method of
+    # Python 3.12+ is, on any version.
+    if where == "acquired":
+        cp.reload_config({"CLEARPAGES_DISABLE": mask})
+
+buf = bytearray(b"\x01" * 8192)
+_fast._set_debug_hook(hook)
+try:
+    if call == "clear":
+        cp.clear(buf, method=name)
+    elif call == "many":
+        cp.clear_many([buf, bytearray(10)], method=name)
+    else:
+        cp.clear_pages(buf, [1], method=name)
+except cp.UnsupportedMethod as e:
+    print("refused" if "CLEARPAGES_DISABLE" in str(e) else e)
+else:
+    print("ran")
+"""
+
+
+@pytest.mark.parametrize("call", ["clear", "many", "pages"])
+def test_method_is_chosen_after_the_last_python_code_before_the_work(call):
+    m = _maskable(cp.methods())
+    if m is None:
+        pytest.skip("no routine here needs a CPU feature that a mask can take away")
+    name, mask = m
+    out = _run_isolated(_RELOAD_ONCE_ACQUIRED % (mask, name, call))
+    assert out.split() == ["refused"], out
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python 3.12+")
+def test_a_buffer_method_that_reloads_is_followed(config):
+    m = _maskable(cp.methods())
+    if m is None:
+        pytest.skip("no routine here needs a CPU feature that a mask can take away")
+    name, mask = m
+    inner = bytearray(b"\x01" * 8192)
+
+    class Reloading:
+        def __buffer__(self, flags):
+            cp.reload_config({"CLEARPAGES_DISABLE": mask})
+            return memoryview(inner)
+
+    for call in (lambda: cp.clear(Reloading(), method=name),
+                 lambda: cp.clear_many([Reloading()], method=name)):
+        config()
+        with pytest.raises(cp.UnsupportedMethod, match="CLEARPAGES_DISABLE"):
+            call()
+    assert inner == bytearray(b"\x01" * 8192)

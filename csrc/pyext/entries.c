@@ -23,8 +23,6 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     if (hot == Py_None)
         hot = NULL;
-    int idx = method_index(method);
-    int nthreads = threads_value(threads);
     Py_buffer view;
     PyObject *err = NULL;
     if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
@@ -33,15 +31,21 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             return NULL;
         goto decline;
     }
-    if (idx == DECLINE || nthreads == DECLINE)
-        goto release_decline;
     size_t n = (size_t)view.len;
     char *base = view.buf;
     int rc;
-    if (debug_hook && call_debug_hook("acquired", -1, n) < 0) {
+    if (debug_hook && call_debug_hook("acquired", NULL, n) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
+    /* The method is looked up only now, after the last Python code before
+     * the work (a __buffer__ method, a hook) has run: that code may have
+     * reloaded the configuration, and an index found before could name a
+     * routine it has since taken away. */
+    int idx = method_index(method);
+    int nthreads = threads_value(threads);
+    if (idx == DECLINE || nthreads == DECLINE)
+        goto release_decline;
     if (!hot) {
         rc = clear_extent(base, n, idx, nthreads);
     } else if (hot == Py_True || hot == Py_False) {
@@ -136,10 +140,10 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
     PyObject *seq = PySequence_Tuple(bufs);
     if (!seq)
         return NULL;
-    int idx = method_index(method), nthreads = threads_value(threads);
+    int idx = AUTO, nthreads = threads_value(threads);
     PyObject *bad = NULL, *res = NULL;
     struct views vs = {NULL, 0};
-    if (idx == DECLINE || nthreads == DECLINE)
+    if (method_index(method) == DECLINE || nthreads == DECLINE)
         goto decline;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     vs.v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_buffer));
@@ -168,8 +172,17 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
         lens[i] = (size_t)vs.v[i].len;
         total += lens[i];
     }
-    if (call_debug_hook("acquired", -1, total) == 0
-        && clear_extents(addrs, lens, (size_t)n, total, idx, nthreads) == 0)
+    if (call_debug_hook("acquired", NULL, total) < 0)
+        goto fail;
+    /* Again, after the items' __buffer__ methods and the hook (see clear). */
+    idx = method_index(method);
+    if (idx == DECLINE) {
+        PyMem_Free(addrs);
+        PyMem_Free(lens);
+        views_release(&vs);
+        goto decline;
+    }
+    if (clear_extents(addrs, lens, (size_t)n, total, idx, nthreads) == 0)
         res = Py_NewRef(Py_None);
 fail:
     PyMem_Free(addrs);
@@ -312,7 +325,8 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     if (ensure_ready() < 0)
         return NULL;
     PyObject *buf = pos[0], *pages = pos[1];
-    int idx = method_index(method), nthreads = threads_value(threads);
+    int idx = method_index(method) == DECLINE ? DECLINE : AUTO;
+    int nthreads = threads_value(threads);
     /* Not given: a Region's own page size (a huge page is one page), else 4 KiB. */
     size_t psize = page_size ? 0 : region_page_size(buf);
     if (!psize)
@@ -385,19 +399,28 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         goto fail;
     }
     size_t total = nat->job_total(job);
+    if (call_debug_hook("acquired", NULL, total) < 0) {
+        nat->job_free(job);
+        goto fail;
+    }
+    /* Only now, after the items' __index__, a __buffer__ and the hook have
+     * run (see clear). */
+    idx = method_index(method);
+    if (idx == DECLINE) {
+        nat->job_free(job);
+        goto release_decline;
+    }
     struct cp_decision d;
     decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
-    if (call_debug_hook("acquired", -1, total) == 0) {
-        if (d.skip_untouched) {
-            size_t left = skip_untouched(job, total);
-            if (left < total) {       /* decided again, for what is left */
-                total = left;
-                decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
-            }
+    if (d.skip_untouched) {
+        size_t left = skip_untouched(job, total);
+        if (left < total) {       /* decided again, for what is left */
+            total = left;
+            decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
         }
-        if (run_job(job, d.routine, d.threads, d.unit, total) == 0)
-            res = Py_NewRef(Py_None);
     }
+    if (run_job(job, d.routine, d.threads, d.unit, total) == 0)
+        res = Py_NewRef(Py_None);
     nat->job_free(job);
 fail:
     if (have_pv)

@@ -9,24 +9,43 @@
 /* Tests see each step: hook(where, routine or None, nbytes), where is
  * "acquired" (every buffer held), "slice" (before each slice of a job) or
  * "call" (before a direct call).  One NULL test when no hook is set. */
-int call_debug_hook(const char *where, int idx, size_t n)
+int call_debug_hook(const char *where, PyObject *routine, size_t n)
 {
     if (!debug_hook)
         return 0;
     PyObject *r = PyObject_CallFunction(debug_hook, "sOn", where,
-                                        idx >= 0 ? cfg.r[idx].name : Py_None, (Py_ssize_t)n);
+                                        routine ? routine : Py_None, (Py_ssize_t)n);
     if (!r)
         return -1;
     Py_DECREF(r);
     return 0;
 }
 
+/* What a call runs is a copy of the configured routine taken when the call
+ * chose it: a signal handler or another thread may reload the
+ * configuration between two slices of a job (or within a hook, or while
+ * the GIL is released), and the call goes on with the routines it started
+ * with, never with an index into a table that has changed under it (a
+ * masked routine's entry is NULL).  The copy holds its name while Python
+ * code may run. */
+struct routine routine_take(int idx)
+{
+    struct routine r = cfg.r[idx];
+    Py_INCREF(r.name);
+    return r;
+}
+
+void routine_drop(struct routine *r)
+{
+    Py_CLEAR(r->name);
+}
+
 /* Run a job to the end in slices; between slices, with the GIL, signal
  * handlers run and may raise (then the job stops: the caller frees it and
  * releases its buffers).  Small jobs keep the GIL. */
-int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total)
+static int run_job_with(struct cp_job *job, const struct routine *r, int threads, size_t chunk,
+                        size_t total)
 {
-    const struct routine *r = &cfg.r[idx];
     if (nat->job_configure(job, r->job_fn, chunk, threads, r->fence) != 0) {
         PyErr_Format(PyExc_ValueError, "bad job configuration: %U, %d threads",
                      r->name, threads);
@@ -35,7 +54,7 @@ int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total
     uint64_t slice = cfg.slice_ns;
     int release = threads > 1 || total >= cfg.gil_min;
     for (;;) {
-        if (call_debug_hook("slice", idx, total) < 0)
+        if (call_debug_hook("slice", r->name, total) < 0)
             return -1;
         int rc;
         if (release) {
@@ -69,11 +88,16 @@ int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total
     }
 }
 
-static int call_routine(int idx, void *dst, size_t n)
+int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total)
 {
-    cp_clear_fn fn = cfg.r[idx].fn;
-    if (debug_hook && call_debug_hook("call", idx, n) < 0)
-        return -1;
+    struct routine r = routine_take(idx);
+    int rc = run_job_with(job, &r, threads, chunk, total);
+    routine_drop(&r);
+    return rc;
+}
+
+static inline void call_fn(cp_clear_fn fn, void *dst, size_t n)
+{
     if (n >= cfg.gil_min) {
         Py_BEGIN_ALLOW_THREADS
         fn(dst, n);
@@ -81,7 +105,33 @@ static int call_routine(int idx, void *dst, size_t n)
     } else {
         fn(dst, n);
     }
+}
+
+/* The hook, when set, runs Python code: fn was read before it. */
+static int call_routine(const struct routine *r, void *dst, size_t n)
+{
+    cp_clear_fn fn = r->fn;
+    if (debug_hook && call_debug_hook("call", r->name, n) < 0)
+        return -1;
+    call_fn(fn, dst, n);
     return 0;
+}
+
+static int clear_extent_with(char *dst, size_t n, const struct routine *r, int threads,
+                             size_t unit)
+{
+    if (threads == 1 && n <= unit)
+        return call_routine(r, dst, n);
+    if (n == 0)
+        return 0;
+    struct cp_job *job = nat->job_new(&dst, &n, 1);
+    if (!job) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = run_job_with(job, r, threads, unit, n);
+    nat->job_free(job);
+    return rc;
 }
 
 /* The bytes of a job left to clear once the pages that read as zero
@@ -131,6 +181,13 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
         int rc = clear_untouched_aside(&dst, &n, 1, n, idx, threads);
         if (rc != 1)
             return rc;
+        /* The GIL was let go meanwhile: decided again, from the table now. */
+        decide(n, 1, idx, threads, 0, 0, &d);
+        if (!cfg.r[d.routine].fn) {
+            PyErr_Format(PyExc_ValueError, "clearpages: %U was taken away by a "
+                         "reload_config() during the call", cfg.r[d.routine].name);
+            return -1;
+        }
     }
     idx = d.routine;
     int ticket = -1;
@@ -142,18 +199,13 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     int timed = ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED);
     uint64_t t0 = timed ? nat->adapt_now_ns() : 0;
     int rc;
-    if (d.threads == 1 && n <= d.unit) {
-        rc = call_routine(idx, dst, n);
-    } else if (n == 0) {
+    if (d.threads == 1 && n <= d.unit && !debug_hook) {
+        call_fn(cfg.r[idx].fn, dst, n);     /* the per-call path: no Python code first */
         rc = 0;
     } else {
-        struct cp_job *job = nat->job_new(&dst, &n, 1);
-        if (!job) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        rc = run_job(job, idx, d.threads, d.unit, n);
-        nat->job_free(job);
+        struct routine r = routine_take(idx);
+        rc = clear_extent_with(dst, n, &r, d.threads, d.unit);
+        routine_drop(&r);
     }
     if (timed && rc == 0)
         nat->adapt_record_span(n, ticket, t0, nat->adapt_now_ns());
@@ -185,29 +237,35 @@ int clear_whole(char *base, size_t n, int idx, int threads, int word)
     return clear_extent(base, n, d.routine, d.threads);
 }
 
+/* Both routines are taken before the cold job runs: between its slices a
+ * signal handler may reload the configuration. */
 static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
                              const struct cp_decision *dp)
 {
-    struct cp_decision d = *dp;
+    struct cp_decision d = *dp, hd;
+    decide(stop - start, 1, d.hot_routine, 1, 0, 0, &hd);
+    struct routine cold = routine_take(d.routine), hot = routine_take(d.hot_routine);
     size_t cold_n = n - (stop - start);
     char *addrs[2] = {base, base + stop};
     size_t lens[2] = {start, n - stop};
+    int rc = 0;
     if (cold_n) {
         struct cp_job *job = nat->job_new(addrs, lens, 2);
         if (!job) {
             PyErr_NoMemory();
-            return -1;
+            rc = -1;
+        } else {
+            if (d.skip_untouched)
+                cold_n = skip_untouched(job, cold_n);
+            rc = run_job_with(job, &cold, d.threads, d.unit, cold_n);
+            nat->job_free(job);
         }
-        if (d.skip_untouched)
-            cold_n = skip_untouched(job, cold_n);
-        int rc = run_job(job, d.routine, d.threads, d.unit, cold_n);
-        nat->job_free(job);
-        if (rc < 0)
-            return -1;
     }
-    if (stop > start)
-        return clear_extent(base + start, stop - start, d.hot_routine, 1);
-    return 0;
+    if (rc == 0 && stop > start)
+        rc = clear_extent_with(base + start, stop - start, &hot, 1, hd.unit);
+    routine_drop(&cold);
+    routine_drop(&hot);
+    return rc;
 }
 
 /* Run a job over n extents, decided by their total as one piece of work. */
