@@ -252,6 +252,7 @@ def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
     addrs = array.array("Q")
     lens = array.array("Q")
     for i, b in enumerate(bufs):
+        _fast.check_items(b, i)     # items that hold references are never cleared
         try:
             c = ffi.from_buffer(_CHARS, b, True)
         except (TypeError, BufferError, ValueError) as e:

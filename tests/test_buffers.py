@@ -400,3 +400,69 @@ def test_no_reference_cycle_keeps_the_array(view):
         assert ref() is None
     finally:
         gc.enable()
+
+
+# ---- items that hold references ------------------------------------------------
+
+def _holding(kind):
+    """(buffer, the objects its items refer to) for one kind of buffer whose
+    items are Python object references."""
+    objs = [object(), "abc", 1.5]
+    if kind == "object":
+        return np.array(objs, dtype=object), objs
+    if kind == "object_2d_strided":
+        a = np.empty((3, 4), dtype=object)
+        a[:] = objs[0]
+        return a[:, ::2], objs[:1]
+    if kind == "structured":
+        a = np.zeros(3, dtype=[("x", "f8"), ("obj", "O")])
+        a["obj"] = objs
+        return a, objs
+    if kind == "subarray":
+        a = np.empty(2, dtype=[("pair", "O", (2,))])
+        a["pair"] = objs[0]
+        return a, objs[:1]
+    if kind == "ctypes_py_object":      # a buffer format 'O' without numpy
+        a = (ctypes.py_object * 3)(*objs)
+        return a, objs
+    raise AssertionError(kind)
+
+
+HOLDING = ["object", "object_2d_strided", "structured", "subarray", "ctypes_py_object"]
+
+
+@pytest.mark.parametrize("kind", HOLDING)
+@pytest.mark.parametrize("call", ["clear", "clear_hot", "clear_many", "clear_many_after_strided",
+                                  "clear_pages"])
+def test_items_holding_references_are_refused_unchanged(kind, call):
+    """Zeroing object references turns the items into NULLs (None to numpy)
+    and leaks every object for good: a TypeError that names the fix, and
+    the buffer and the objects' reference counts unchanged."""
+    import sys
+
+    buf, objs = _holding(kind)
+    before = [sys.getrefcount(o) for o in objs]
+    snapshot = bytes(memoryview(buf).cast("B")) if memoryview(buf).c_contiguous else None
+    calls = {
+        "clear": lambda: cp.clear(buf),
+        "clear_hot": lambda: cp.clear(buf, hot=(0, 8)),
+        "clear_many": lambda: cp.clear_many([bytearray(8), buf]),
+        "clear_many_after_strided": lambda: cp.clear_many([np.ones(8)[::2], buf]),
+        "clear_pages": lambda: cp.clear_pages(buf, [0], page_size=8),
+    }
+    with pytest.raises(TypeError, match=r"hold references.*a\.fill\(0\)"):
+        calls[call]()
+    if snapshot is not None:
+        assert bytes(memoryview(buf).cast("B")) == snapshot
+    assert [sys.getrefcount(o) for o in objs] == before
+    if kind != "ctypes_py_object":
+        assert all(x is not None for x in buf.ravel()) if buf.dtype == object else True
+
+
+def test_dtypes_without_references_are_still_cleared():
+    """numpy cannot state a buffer format for datetime64: such an array
+    holds no references and is cleared; a field named O is just a name."""
+    for a in (np.ones(3, "M8[s]"), np.ones(3, dtype=[("O", "f8"), ("b", "i4")])):
+        cp.clear(a)
+        assert not memoryview(a).cast("B").tobytes().strip(b"\0") if a.dtype.kind != "M" \
+            else (a.view("i8") == 0).all()

@@ -25,12 +25,11 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         hot = NULL;
     Py_buffer view;
     PyObject *err = NULL;
-    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
-        err = take_refusal();
-        if (!err)
-            return NULL;
+    int got = acquire_writable(buf, &view, &err, -1);
+    if (got < 0)
+        return NULL;
+    if (got > 0)
         goto decline;
-    }
     size_t n = (size_t)view.len;
     char *base = view.buf;
     int rc;
@@ -155,10 +154,11 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
     }
     size_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, i), &vs.v[i], PyBUF_WRITABLE) < 0) {
-            PyObject *msg = take_refusal();
-            if (!msg)
-                goto fail;
+        PyObject *msg;
+        int got = acquire_writable(PyTuple_GET_ITEM(seq, i), &vs.v[i], &msg, i);
+        if (got < 0)
+            goto fail;
+        if (got > 0) {
             bad = Py_BuildValue("(nN)", i, msg);
             if (!bad)
                 goto fail;
@@ -344,12 +344,11 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     int have_pv = 0;
     PyObject *err = NULL, *res = NULL, *snapshot = NULL;
     int64_t *owned = NULL;
-    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
-        err = take_refusal();
-        if (!err)
-            return NULL;
+    int got = acquire_writable(buf, &view, &err, -1);
+    if (got < 0)
+        return NULL;
+    if (got > 0)
         goto decline;
-    }
     if (idx == DECLINE || nthreads == DECLINE)
         goto release_decline;
     const int64_t *list;

@@ -89,6 +89,26 @@ int threads_value(PyObject *t);
 int is_refusal(void);
 PyObject *take_refusal(void);
 
+/* Buffers whose items hold references (numpy object arrays, structured
+ * dtypes with object fields, a format with 'O') are never cleared: zeroing
+ * them would drop every reference without releasing it (the objects leak,
+ * the items read as None).  acquire_writable(obj, view, err, index) takes
+ * the writable bytes of a buffer for clearing: 0 with *view held; 1 when
+ * declined, *err the refusal's text for Python to explain; -1 with an
+ * exception set (the TypeError of a buffer holding references among them).
+ * index >= 0 names the piece of clear_many in the message.
+ * check_references: -1 with that TypeError when obj's items (in any
+ * buffer it exports) hold references, else 0. */
+#define REFERENCES_REFUSAL \
+    "the %s's items hold references (Python objects): zeroing them would drop " \
+    "each reference without releasing it, so it was left unchanged; to reset an " \
+    "object array, use a.fill(0)"
+
+int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t index);
+int check_references(PyObject *obj, Py_ssize_t index);
+int refuse_references(PyObject *obj, Py_ssize_t index);
+PyObject *fast_check_items(PyObject *, PyObject *);
+
 /* The keyword names, interned once (PyInit__fast). */
 extern const char *const kw_names[];
 extern PyObject *kw_objects[4];

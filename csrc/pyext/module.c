@@ -60,6 +60,9 @@ static PyMethodDef module_methods[] = {
      "clear_pages with normalized arguments; never declines."},
     {"clear_runs", (PyCFunction)(void (*)(void))fast_clear_runs, FASTCALL_KW,
      "clear_runs(addrs, lens, *, method, threads): extents of a strided buffer."},
+    {"check_items", fast_check_items, METH_VARARGS,
+     "check_items(obj, index=-1): TypeError if obj's items hold references\n"
+     "(Python objects), which clearpages never clears."},
     {"configure", (PyCFunction)(void (*)(void))fast_configure, METH_VARARGS | METH_KEYWORDS,
      configure_doc},
     {"set_hooks", (PyCFunction)(void (*)(void))fast_set_hooks, METH_VARARGS | METH_KEYWORDS,
