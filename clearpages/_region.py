@@ -311,6 +311,9 @@ class Region(RegionMemory):
     def _check_open(self) -> None:
         if self.closed:
             lost = getattr(self, "_lost", None)
+            if self._forked_away:
+                lost = ("a forked child does not inherit a hugetlb Region or one made "
+                        "with fork='drop' (MADV_DONTFORK), so it reads as closed here")
             raise ValueError("the Region is closed" + (": " + lost if lost else ""))
 
     def _lost_check(self, what: str, err: int) -> int:

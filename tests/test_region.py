@@ -644,3 +644,80 @@ def test_discard_refuses_threads(threads):
 def test_discard_pages_of_other_buffers_is_refused():
     with pytest.raises(ValueError, match="only to a clearpages.Region"):
         cp.clear_pages(bytearray(8192), [0], method="discard")
+
+
+# ---- a forked child and memory it does not inherit -----------------------------
+
+_FORK_CHILD = r"""
+import ctypes, gc, os, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+import clearpages as cp
+
+if KIND == "drop":
+    r = cp.Region(1 << 20, fork="drop")
+else:
+    r = cp.Region(1 << 30, page_size="1g")
+cp.clear(r)
+addr = r.address
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+pid = os.fork()
+if pid == 0:
+    seen = [r.closed, r._address, r.size]
+    for use in (lambda: cp.clear(r), lambda: memoryview(r), lambda: r.view(),
+                lambda: cp.clear_many([r]), lambda: r.resize(2 * (1 << 20))):
+        try:
+            use()
+            seen.append("ran")
+        except ValueError as e:
+            seen.append("fork" in str(e))
+    # The child maps memory of its own where the region was: the Region's
+    # close, and its end, must leave it alone.
+    p = libc.mmap(addr, 4096, 3, 0x22 | 0x100000, -1, 0)     # MAP_FIXED_NOREPLACE
+    mine = p == addr
+    if mine:
+        ctypes.memset(p, 0x5A, 4096)
+    r.close()
+    del r
+    gc.collect()
+    kept = (not mine) or ctypes.string_at(addr, 4096) == b"\x5a" * 4096
+    print(seen, mine, kept, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+r.view()[:3] = b"abc"               # the parent's Region is untouched by it all
+cp.clear(r)
+assert not any(r.view()[:3])
+r.close()
+"""
+
+
+def _fork_child(kind: str) -> list[str]:
+    from conftest import run_python
+
+    done = run_python("KIND = %r\n" % kind + _FORK_CHILD, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def _check_fork_child(lines: list[str]) -> None:
+    assert lines[-1] == "0", "the child died (%s): %s" % (lines[-1], lines)
+    seen, mine, kept = lines[0].rsplit(" ", 2)
+    assert seen == "[True, 0, 0, True, True, True, True, True]", seen
+    assert kept == "True", "the child's close unmapped memory it had mapped there since"
+
+
+def test_a_dropped_region_reads_as_closed_in_a_forked_child():
+    """fork='drop' (MADV_DONTFORK): the child has nothing mapped there.  Its
+    Region must read as closed with an error that says why (not SIGSEGV on
+    use), and its close must never unmap what the child mapped there since."""
+    _check_fork_child(_fork_child("drop"))
+
+
+def test_a_1g_region_reads_as_closed_in_a_forked_child(gigantic_pages):
+    lines = _fork_child("1g")
+    if lines and "HugePagesUnavailable" in "".join(lines):
+        pytest.skip("1 GiB pages taken by someone else meanwhile")
+    _check_fork_child(lines)

@@ -177,22 +177,9 @@ static void fork_child(void)
     pthread_mutex_init(&lock, NULL);
 }
 
-#ifdef __GLIBC__
-/* glibc's pthread_atfork is a static stub that passes the module's
- * __dso_handle, which comes from crtbegin; the native module is linked
- * without start files (_ffi_build.py says why), so register the way the
- * stub does, with no handle (nothing unloads an extension module). */
-extern int __register_atfork(void (*prepare)(void), void (*parent)(void),
-                             void (*child)(void), void *dso_handle);
-#define register_atfork(prepare, parent, child) \
-    __register_atfork(prepare, parent, child, NULL)
-#else
-#define register_atfork pthread_atfork
-#endif
-
 __attribute__((constructor)) static void register_fork_handlers(void)
 {
-    register_atfork(fork_prepare, fork_parent, fork_child);
+    cp_at_fork(fork_prepare, fork_parent, fork_child);
 }
 
 void cp_adapt_defaults(struct cp_adapt_params *p)

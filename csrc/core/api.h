@@ -32,7 +32,8 @@
     X(region_resize) X(region_move_to) X(region_move_congruent) \
     X(policy_decide) \
     X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) \
-    X(scan_is_zero) X(scan_nonzero_pages)
+    X(scan_is_zero) X(scan_nonzero_pages) \
+    X(fork_generation)
 
 /* A routine of the table: NULL where this build has none. */
 struct cp_api_routine {

@@ -120,6 +120,17 @@ size_t cp_job_total(const struct cp_job *job);     /* bytes in all */
 size_t cp_job_extents(const struct cp_job *job);   /* after merging */
 void cp_job_free(struct cp_job *job);
 
+/* ---- fork (fork.c) ------------------------------------------------------ */
+
+/* Changes in every forked child (the parent's number stays): memory a child
+ * does not inherit (MADV_DONTFORK) is recognized by the number it was
+ * mapped under. */
+uint64_t cp_fork_generation(void);
+
 /* END CDEF */
+
+/* Register fork handlers (pthread_atfork, which this module, linked without
+ * start files, cannot call as such: fork.c says why). */
+int cp_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 
 #endif

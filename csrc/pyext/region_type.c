@@ -18,8 +18,38 @@ typedef struct {
     uintptr_t orphan;
     size_t orphan_size;
     int protect;                /* CP_PROTECT_* flags, reapplied after a move */
+    uint64_t generation;        /* cp_fork_generation() when mapped */
+    int forked_away;            /* closed because this process is a child that
+                                   did not inherit the memory */
     PyThread_type_lock lock;
 } RegionMemory;
+
+/* A forked child does not inherit a hugetlb Region nor one made with
+ * fork="drop" (MADV_DONTFORK): there the object reads as closed, with an
+ * error that says why, and never unmaps, since the child may have mapped
+ * something else at that address since.  Every look at `mapped` comes
+ * after this (one call that loads a counter). */
+static void region_settle(RegionMemory *self)
+{
+    if (!(self->mapped || self->orphan_size)
+        || !(self->kind == CP_REGION_HUGETLB || (self->protect & CP_PROTECT_DONTFORK))
+        || nat->fork_generation() == self->generation)
+        return;
+    self->mapped = 0;
+    self->address = 0;
+    self->size = 0;
+    self->orphan = 0;
+    self->orphan_size = 0;
+    self->forked_away = 1;
+}
+
+static const char *closed_text(const RegionMemory *self)
+{
+    return self->forked_away
+        ? "the Region is closed: a forked child does not inherit a hugetlb Region or "
+          "one made with fork='drop' (MADV_DONTFORK), so it reads as closed here"
+        : "the Region is closed";
+}
 
 /* The lock orders the calls that change or export the mapping; system calls
  * run under it without the GIL, so waiting for it must not hold the GIL. */
@@ -55,6 +85,7 @@ static PyObject *region_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void region_dealloc(RegionMemory *self)
 {
     /* A live export holds a reference to us, so none is left here. */
+    region_settle(self);
     if (self->mapped && self->exports == 0)
         nat->region_unmap(self->address, self->size);
     if (self->orphan_size && self->exports == 0)
@@ -68,9 +99,10 @@ static void region_dealloc(RegionMemory *self)
 static int region_getbuffer(RegionMemory *self, Py_buffer *view, int flags)
 {
     region_lock(self);
+    region_settle(self);
     if (!self->mapped) {
         region_unlock(self);
-        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        PyErr_SetString(PyExc_ValueError, closed_text(self));
         view->obj = NULL;
         return -1;
     }
@@ -85,6 +117,7 @@ static int region_getbuffer(RegionMemory *self, Py_buffer *view, int flags)
 static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
 {
     (void)view;
+    region_settle(self);
     if (--self->exports == 0 && self->orphan_size) {
         /* The last view of memory the Region let go: unmap it now, as
          * dropping the Region would (nothing can export it again). */
@@ -104,8 +137,9 @@ static PyBufferProcs region_as_buffer = {
 /* Under the lock: ValueError if closed, BufferError if exported. */
 static int region_check(RegionMemory *self, const char *what)
 {
+    region_settle(self);
     if (!self->mapped) {
-        PyErr_SetString(PyExc_ValueError, "the Region is closed");
+        PyErr_SetString(PyExc_ValueError, closed_text(self));
         return -1;
     }
     if (self->exports > 0) {
@@ -130,6 +164,7 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
         return NULL;
     }
     region_lock(self);
+    region_settle(self);
     if (self->mapped) {
         region_unlock(self);
         PyErr_SetString(PyExc_ValueError, "the Region is already mapped");
@@ -143,6 +178,8 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
     if (!err) {
         self->address = out;
         self->size = (size_t)size;
+        self->generation = nat->fork_generation();
+        self->forked_away = 0;
         self->mapped = 1;
         self->kind = kind;
         self->shift = shift;
@@ -213,6 +250,7 @@ static PyObject *region_resize(RegionMemory *self, PyObject *args)
  * and an errno to its _resize_failed (the messages live in Python). */
 static PyObject *region_resize_public(RegionMemory *self, PyObject *arg)
 {
+    region_settle(self);
     if (PyLong_CheckExact(arg) && self->mapped) {
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
@@ -258,12 +296,13 @@ static PyObject *region_move_to(RegionMemory *self, PyObject *args)
 static int region_lock_mapped(RegionMemory *self, int closed_ok)
 {
     region_lock(self);
+    region_settle(self);
     if (self->mapped)
         return 1;
     region_unlock(self);
     if (closed_ok)
         return 0;
-    PyErr_SetString(PyExc_ValueError, "the Region is closed");
+    PyErr_SetString(PyExc_ValueError, closed_text(self));
     return -1;
 }
 
@@ -345,7 +384,10 @@ static PyObject *region_protect(RegionMemory *self, PyObject *arg)
 
 size_t region_page_size(PyObject *buf)
 {
-    if (!PyObject_TypeCheck(buf, &RegionMemoryType) || !((RegionMemory *)buf)->mapped)
+    if (!PyObject_TypeCheck(buf, &RegionMemoryType))
+        return 0;
+    region_settle((RegionMemory *)buf);
+    if (!((RegionMemory *)buf)->mapped)
         return 0;
     return (size_t)1 << ((RegionMemory *)buf)->shift;
 }
@@ -353,12 +395,14 @@ size_t region_page_size(PyObject *buf)
 static PyObject *region_get_address(RegionMemory *self, void *closure)
 {
     (void)closure;
+    region_settle(self);
     return PyLong_FromSize_t(self->mapped ? self->address : 0);
 }
 
 static PyObject *region_get_size(RegionMemory *self, void *closure)
 {
     (void)closure;
+    region_settle(self);
     return PyLong_FromSize_t(self->mapped ? self->size : 0);
 }
 
@@ -368,9 +412,17 @@ static PyObject *region_get_exports(RegionMemory *self, void *closure)
     return PyLong_FromSsize_t(self->exports);
 }
 
+static PyObject *region_get_forked_away(RegionMemory *self, void *closure)
+{
+    (void)closure;
+    region_settle(self);
+    return PyBool_FromLong(self->forked_away);
+}
+
 static PyObject *region_get_closed(RegionMemory *self, void *closure)
 {
     (void)closure;
+    region_settle(self);
     return PyBool_FromLong(!self->mapped);
 }
 
@@ -410,6 +462,8 @@ static PyGetSetDef region_getset[] = {
     {"_size", (getter)region_get_size, NULL, "bytes (0 when closed)", NULL},
     {"_exports", (getter)region_get_exports, NULL, "live buffer exports", NULL},
     {"closed", (getter)region_get_closed, NULL, "True once closed (or never mapped)", NULL},
+    {"_forked_away", (getter)region_get_forked_away, NULL,
+     "True in a forked child that did not inherit the memory (it reads as closed)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
