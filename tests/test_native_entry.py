@@ -508,3 +508,78 @@ def test_a_buffer_method_that_reloads_is_followed(config):
         with pytest.raises(cp.UnsupportedMethod, match="CLEARPAGES_DISABLE"):
             call()
     assert inner == bytearray(b"\x01" * 8192)
+
+
+# ---- subinterpreters -------------------------------------------------------------
+
+_SUBINTERPRETER = r"""
+import os, sys
+import clearpages as cp
+inside = '''
+try:
+    import clearpages
+except ImportError as e:
+    print("refused:", e, flush=True)
+else:
+    print("imported", flush=True)
+'''
+how = HOW
+if how == "testcapi":
+    import _testcapi
+    _testcapi.run_in_subinterp(inside)
+else:
+    try:
+        import _interpreters as interpreters
+    except ImportError:
+        import _xxsubinterpreters as interpreters
+    interp = interpreters.create()
+    try:
+        interpreters.run_string(interp, inside)
+    finally:
+        interpreters.destroy(interp)
+sys.stdout.flush()
+# The main interpreter's declined calls still explain themselves.
+for call in (lambda: cp.clear(b"abc"), lambda: cp.clear_many([bytearray(1), b"x"]),
+             lambda: cp.clear_pages(b"abc", [0])):
+    try:
+        call()
+    except TypeError as e:
+        print("TypeError", "read-only" in str(e))
+    except Exception as e:
+        print(type(e).__name__, e)
+b = bytearray(b"x" * 10)
+cp.clear(b)
+print("cleared", not any(b))
+"""
+
+
+def _subinterpreter_ways() -> list:
+    ways = []
+    try:
+        import _testcapi
+
+        if hasattr(_testcapi, "run_in_subinterp"):
+            ways.append("testcapi")
+    except ImportError:
+        pass
+    for name in ("_interpreters", "_xxsubinterpreters"):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        ways.append("interpreters")
+        break
+    return ways or [pytest.param("none", marks=pytest.mark.skip(
+        reason="this Python has neither _testcapi.run_in_subinterp nor _interpreters"))]
+
+
+@pytest.mark.parametrize("how", _subinterpreter_ways())
+def test_a_subinterpreter_is_refused_and_the_main_interpreter_is_unharmed(how):
+    """The native state is one per process: a subinterpreter (mod_wsgi
+    style, or an isolated one) that imports clearpages gets an ImportError
+    that says why, and the main interpreter's calls, declined ones
+    included, work as before (they used to run the subinterpreter's dead
+    hooks: NameError: name 'isinstance' is not defined)."""
+    out = _run_isolated("HOW = %r\n" % how + _SUBINTERPRETER).splitlines()
+    assert out[0].startswith("refused: ") and "subinterpreter" in out[0], out
+    assert out[1:] == ["TypeError True"] * 3 + ["cleared True"], out

@@ -99,16 +99,15 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "clearpages._fast",
-    "clear, clear_many and clear_pages in one native call each, and the\n"
-    "buffer type under clearpages.Region.", -1, module_methods,
-    NULL, NULL, NULL, NULL,
-};
-
 /* The table of entry points clearpages._native exports (core/api.h). */
 static int import_native(void)
 {
+    /* Imported by name first: the package may be importing this module
+     * before it has the attribute _native (PyCapsule_Import looks there). */
+    PyObject *mod = PyImport_ImportModule("clearpages._native");
+    if (!mod)
+        return -1;
+    Py_DECREF(mod);
     const struct cp_api *api = PyCapsule_Import(CP_API_CAPSULE, 0);
     if (!api)
         return -1;
@@ -123,26 +122,62 @@ static int import_native(void)
     return 0;
 }
 
+/* One interpreter only.  The routing, the learner, the Python hooks the
+ * entries call back and the buffers' Python explanations are process-wide;
+ * a subinterpreter importing the package would put its own functions in
+ * the hooks, and once it ended every declined call of the main interpreter
+ * would run functions of a dead interpreter.  So the module is multi-phase
+ * (its exec runs in every interpreter that imports it: a single-phase
+ * module's dictionary is copied into a subinterpreter without running any
+ * of its code) and refuses, before touching anything, in any interpreter
+ * but the main one; 3.12+ also declares it, so that an isolated
+ * subinterpreter refuses it before loading it. */
+static int module_exec(PyObject *m)
+{
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError,
+                        "clearpages cannot be imported in a subinterpreter: its native "
+                        "state (the configured routines, the learner, its Python hooks) "
+                        "is one per process and belongs to the main interpreter; import "
+                        "it there");
+        return -1;
+    }
+    if (!nat && import_native() < 0)
+        return -1;
+    if (!s_auto) {              /* once per process (a module may be imported again) */
+        for (int i = 0; kw_names[i]; i++)
+            if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
+                return -1;
+        one = PyLong_FromLong(1);
+        if (!one || PyType_Ready(&RegionMemoryType) < 0)
+            return -1;
+        if (!(s_auto = PyUnicode_InternFromString("auto")))
+            return -1;
+    }
+    Py_INCREF(&RegionMemoryType);
+    if (PyModule_AddObject(m, "RegionMemory", (PyObject *)&RegionMemoryType) < 0) {
+        Py_DECREF(&RegionMemoryType);
+        return -1;
+    }
+    return PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, (void *)module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "clearpages._fast",
+    "clear, clear_many and clear_pages in one native call each, and the\n"
+    "buffer type under clearpages.Region.", 0, module_methods,
+    module_slots, NULL, NULL, NULL,
+};
+
 PyMODINIT_FUNC PyInit__fast(void)
 {
-    if (!nat && import_native() < 0)
-        return NULL;
-    s_auto = PyUnicode_InternFromString("auto");
-    for (int i = 0; kw_names[i]; i++)
-        if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
-            return NULL;
-    one = PyLong_FromLong(1);
-    if (!s_auto || !one || PyType_Ready(&RegionMemoryType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module_def);
-    if (!m)
-        return NULL;
-    Py_INCREF(&RegionMemoryType);
-    if (PyModule_AddObject(m, "RegionMemory", (PyObject *)&RegionMemoryType) < 0
-        || PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS) < 0) {
-        Py_DECREF(&RegionMemoryType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModuleDef_Init(&module_def);
 }
