@@ -37,6 +37,17 @@ needs_native = pytest.mark.skipif(
     "(only the C library's memset)")
 
 
+#: The CI job that builds the native code with AddressSanitizer and
+#: UndefinedBehaviorSanitizer sets CLEARPAGES_TEST_SANITIZERS=1 (the ASan
+#: runtime is preloaded into Python, LD_PRELOAD).  A test that fails there
+#: only because of the sanitizer's own ways says which, with this mark.
+SANITIZERS = os.environ.get("CLEARPAGES_TEST_SANITIZERS") == "1"
+
+
+def not_under_sanitizers(reason: str):
+    return pytest.mark.skipif(SANITIZERS, reason="under ASan: " + reason)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "build: compiles the package or a C harness "
                             "(tens of seconds; deselect with -m 'not build')")

@@ -19,7 +19,6 @@ import random
 import threading
 
 import pytest
-
 from conftest import run_python
 
 import clearpages as cp

@@ -12,7 +12,7 @@ import os
 import signal
 
 import pytest
-from conftest import run_python
+from conftest import not_under_sanitizers, run_python
 
 import clearpages as cp
 from clearpages import _dispatch
@@ -54,6 +54,8 @@ print("survived", flush=True)
 """
 
 
+@not_under_sanitizers("its own SIGBUS handler reports the fault and exits 1, before "
+                      "faulthandler sees it")
 @pytest.mark.parametrize("worker_only", [True, False])
 def test_worker_fault_is_reported_by_faulthandler(worker_only):
     """clear(mm, threads=2) of a file mapping truncated underneath: the

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import FILL, ROOT, check_guarded, guarded, needs_native
+from conftest import FILL, ROOT, check_guarded, guarded, needs_native, not_under_sanitizers
 
 import clearpages as cp
 from clearpages import _dispatch, _fast
@@ -301,6 +301,8 @@ except KeyboardInterrupt:
 """
 
 
+@not_under_sanitizers("the child gets a clean environment, without the LD_PRELOAD that puts "
+                      "the ASan runtime first, and refuses to start")
 @pytest.mark.parametrize("method, threads", [pytest.param("mov_loop", 1, marks=needs_native),
                                              ("auto", 2)])
 def test_ctrl_c_interrupts_a_long_clear(method, threads, record_property):
