@@ -361,6 +361,12 @@ def _child_work():
     os._exit(0 if ok else 1)
 
 
+# The subject is a fork while another thread is inside a threaded clear (its
+# job's workers running, the learner and the speed table in use): Python
+# 3.12+ warns of exactly that ("multi-threaded, use of fork() may lead to
+# deadlocks in the child").  The child only clears and calls os._exit, and
+# the fork after the thread is joined is from a single-threaded point.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_during_and_after_threaded_clears():
     big = bytearray(b"\x02") * (48 * MiB)
     stop = threading.Event()
