@@ -218,6 +218,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if sizes is None:
         sizes = _report.cap_sizes([_units.parse_size(s) for s in
                                    (_report.QUICK_SIZES if args.quick else _report.FULL_SIZES)])
+    if args.scan:
+        return _bench_scan(args, sizes, out, out)
     # Many short samples rather than a few long ones: on a shared machine a
     # sample is either undisturbed or not, and the median needs a majority.
     repeat = args.repeat or (9 if args.quick else 15)
@@ -236,6 +238,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     # With --json - the JSON owns stdout and the table moves to stderr.
     table_out = sys.stderr if args.json == "-" else out
     _output.print_bench(data, _core.cpu(), table_out)
+    if not args.methods:
+        data["scan"] = _bench_scan(args, sizes, table_out, None)
     if args.json:
         _output.dump_json(data, args.json, out)
         if args.json != "-":
@@ -243,6 +247,35 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if args.plot:
         _output.plot_bench(data, _core.cpu(), args.plot, __version__)
         print("wrote %s" % args.plot, file=table_out)
+    return 0
+
+
+def _bench_scan(args: argparse.Namespace, sizes: list[int], out: TextIO,
+                json_out: TextIO | None) -> Any:
+    """The scan section: is_zero against numpy's a.any(), warm and cold (with
+    --scan alone: the whole output, and its JSON)."""
+    from . import _scanbench
+
+    if json_out is not None and (args.methods or args.plot or args.scenario != "both"
+                                 or args.direct):
+        raise UsageError("--scan measures is_zero against a.any(), warm and cold; it "
+                         "takes no --methods, --plot, --scenario or --direct")
+    progress = _output.Progress("scan", quiet=args.quiet)
+    try:
+        data = _scanbench.measure(sizes, repeat=args.repeat or (5 if args.quick else 9),
+                                  target_s=args.target_ms / 1000 if args.target_ms else 0.002,
+                                  progress=progress)
+    finally:
+        progress.close()
+    if json_out is None:
+        _scanbench.report(data, out)
+        return data
+    table_out = sys.stderr if args.json == "-" else out
+    if json_out is out and not args.json:
+        print(_output.cpu_line(_core.cpu()), file=out)
+    _scanbench.report(data, table_out)
+    if args.json:
+        _output.dump_json(data, args.json, out)
     return 0
 
 
@@ -418,6 +451,10 @@ def parser() -> argparse.ArgumentParser:
                         "does with the buffer (pad a batch, a scratch buffer, a page pool, "
                         "a wipe; a hot buffer and a cold pool together), warm and cold; "
                         "auto's ratio to the best candidate, with its spread")
+    b.add_argument("--scan", action="store_true",
+                   help="only the zero scan section: is_zero against numpy's a.any(), "
+                        "warm and cold, and its early exit (it follows the clear table "
+                        "when no --methods are given)")
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
     b.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)

@@ -141,9 +141,15 @@ def test_bench_table_and_json(tmp_path):
     out_json = tmp_path / "b.json"
     rc, out = call("bench", "--sizes", "4K,64K", *TINY, "--json", str(out_json))
     assert rc == 0
-    for text in ("warm GB/s", "cold GB/s", "x memset", "score", cp.cpu().vendor):
+    for text in ("warm GB/s", "cold GB/s", "x memset", "score", cp.cpu().vendor,
+                 "zero scan", "is_zero GB/s", "early exit"):
         assert text in out, text
     data = json.loads(out_json.read_text())
+    scan = data["scan"]
+    assert {(r["size"], r["scenario"]) for r in scan["rows"]} == {
+        (s, sc) for s in (4096, 65536) for sc in ("warm", "cold")}
+    assert all(r["is_zero_gbps"] > 0 for r in scan["rows"])
+    assert scan["early_exit"]["size"] == 65536 and scan["scan"] == cp._dispatch.state().scan
     assert data["settings"]["sizes"] == [4096, 65536]
     assert data["settings"]["scenarios"] == ["warm", "cold"]
     assert "worse" in data["rule"]
@@ -193,6 +199,15 @@ def test_bench_one_scenario(tmp_path):
     assert data["settings"]["routines"] == "called directly"
     assert {r["kind"] for r in data["results"] if r["name"] == "libc"} == {"routine"}
     assert data["goals"] == []            # no auto measured, nothing to judge
+
+
+def test_bench_scan_alone(tmp_path):
+    rc, out = call("bench", "--scan", "--sizes", "64K", *TINY)
+    assert rc == 0
+    assert "zero scan" in out and "is_zero" in out and "early exit: 64 KiB" in out
+    assert "x memset" not in out                    # no clear table
+    rc, _ = call("bench", "--scan", "--methods", "libc", *TINY)
+    assert rc == 2
 
 
 def test_bench_profile_writes_a_profile_and_replays_it(tmp_path):
