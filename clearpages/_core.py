@@ -286,7 +286,8 @@ def _page_indices(pages: Any) -> Any:
         if pages.typecode not in _INT_CODES:
             raise TypeError("pages must hold integers, not array.array(%r)" % pages.typecode)
         if pages.typecode == "Q" and pages and max(pages) > (1 << 63) - 1:
-            raise PageIndexError("page index %d is past the end of any buffer" % max(pages))
+            raise PageIndexError("page index %d is outside any buffer (beyond the 64-bit "
+                                 "range)" % max(pages))
         return array.array("q", pages)
     if type(pages).__module__.split(".")[0] == "numpy" and hasattr(pages, "dtype"):
         import numpy as np
@@ -295,8 +296,8 @@ def _page_indices(pages: Any) -> Any:
         if pages.dtype.kind not in "iu":
             raise TypeError("pages must be an integer array, not dtype %s" % pages.dtype)
         if pages.dtype.kind == "u" and pages.size and int(pages.max()) > (1 << 63) - 1:
-            raise PageIndexError("page index %d is past the end of any buffer"
-                                 % int(pages.max()))
+            raise PageIndexError("page index %d is outside any buffer (beyond the 64-bit "
+                                 "range)" % int(pages.max()))
         return np.ascontiguousarray(pages, dtype=np.int64)
     if isinstance(pages, memoryview):
         _check_1d(pages.ndim)

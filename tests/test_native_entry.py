@@ -583,3 +583,29 @@ def test_a_subinterpreter_is_refused_and_the_main_interpreter_is_unharmed(how):
     out = _run_isolated("HOW = %r\n" % how + _SUBINTERPRETER).splitlines()
     assert out[0].startswith("refused: ") and "subinterpreter" in out[0], out
     assert out[1:] == ["TypeError True"] * 3 + ["cleared True"], out
+
+
+def test_the_public_signatures_agree():
+    """clear, clear_many and clear_pages are written in three places: the
+    native docstrings (what inspect and help() show), the typing stubs in
+    _core.py and _fast.pyi.  One set of names, kinds and defaults."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import clearpages._core as core
+
+    def from_stub(path, name):
+        tree = ast.parse(Path(path).read_text())
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        a = fn.args
+        pos = [x.arg for x in a.args]
+        kw = {x.arg: ast.literal_eval(d) for x, d in zip(a.kwonlyargs, a.kw_defaults)}
+        return pos, kw
+
+    for name in ("clear", "clear_many", "clear_pages"):
+        sig = inspect.signature(getattr(_fast, name))
+        pos = [p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        kw = {p.name: p.default for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY}
+        for stub in (core.__file__, Path(_fast.__file__).with_name("_fast.pyi")):
+            assert from_stub(stub, name) == (pos, kw), (name, stub)
