@@ -338,3 +338,30 @@ def test_the_policy_decides_when_to_look():
     assert not _policy.decision(pol, MIN + 10, hot_nbytes=11).skip_untouched
     assert _policy.decision(pol, MIN + 10, hot_nbytes=10).skip_untouched
     assert cp.plan(MIN + 10, hot=(0, 11)).skips_untouched is False
+
+
+def test_is_zero_does_not_read_pages_never_touched():
+    """A fresh private mapping of 4 KiB pages: is_zero reads only the touched
+    pages (reading the others would fault the zero page into each), and the
+    answer is the same."""
+    m = mmap.mmap(-1, 256 * MiB, flags=mmap.MAP_PRIVATE)
+    for off in range(PAGE, len(m), 32 * MiB):
+        m[off + 5] = 0                  # touched, still zero
+    assert cp.is_zero(m)
+    assert lib.cp_untouched_last() == TRIMMED
+    m[100 * MiB + 77] = 1               # a touched page that is not zero
+    assert not cp.is_zero(m)
+    m[100 * MiB + 77] = 0
+    m[-1] = 1                           # the last byte: answered before the look
+    lib.cp_untouched_trim(ffi.new("struct cp_extent[1]", [(ffi.NULL, 0)]), 1,
+                          ffi.new("struct cp_extent **"))
+    assert not cp.is_zero(m)
+    assert lib.cp_untouched_last() == CANNOT            # no look was needed
+    m.close()
+    with tempfile.TemporaryFile() as f:                 # a file's pages are read
+        f.truncate(MIN + PAGE)
+        f.seek(MIN // 2)
+        f.write(b"\x01")
+        f.flush()
+        with mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE) as fm:
+            assert not cp.is_zero(fm)

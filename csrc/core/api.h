@@ -20,6 +20,7 @@
 #include "policy.h"
 #include "region.h"
 #include "scan.h"
+#include "untouched.h"
 
 #define CP_API_CAPSULE "clearpages._native._C_API"
 #define CP_API_VERSION 1
@@ -32,7 +33,7 @@
     X(region_resize) X(region_move_to) X(region_move_congruent) \
     X(policy_decide) \
     X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) \
-    X(scan_is_zero) X(scan_nonzero_pages) \
+    X(scan_is_zero) X(scan_nonzero_pages) X(untouched_trim) X(extents_free) \
     X(fork_generation)
 
 /* A routine of the table: NULL where this build has none. */
