@@ -63,7 +63,8 @@ def adaptive() -> bool:
 if TYPE_CHECKING:
     def clear(buf: Any, *, method: Method = "auto", threads: Threads = 1,
               hot: tuple[int, int] | bool | None = None) -> None:
-        """Zero every byte of a writable buffer."""
+        """Zero every byte of a writable buffer, or of a tensor in CPU
+        memory through DLPack, in place."""
 
     def clear_many(bufs: Iterable[Any], *, method: Method = "auto",
                    threads: Threads = 1) -> None:
@@ -104,6 +105,18 @@ def _refuse(buf: Any, err: str) -> Any:
                 "the %s is not C-contiguous; pass a C-contiguous buffer or a numpy array "
                 "(whose strided views clearpages clears run by run)" % type(buf).__name__)
     raise TypeError("cannot clear %s: %s" % (type(buf).__name__, err))
+
+
+def _is_buffer(obj: Any) -> bool:
+    """Whether obj offers the buffer protocol at all (numpy arrays do, and
+    have __dlpack__ too: theirs is the buffer path)."""
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    except (BufferError, ValueError):
+        pass
+    return True
 
 
 def _numpy_runs(a: Any) -> tuple[Any, Any, int]:
@@ -182,6 +195,11 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
         if hot is not None:
             raise ValueError("hot= does not apply to method 'discard'")
         discard()
+        return
+    if err is not None and hasattr(type(buf), "__dlpack__") and not _is_buffer(buf):
+        # A tensor (DLPack): the native entry takes it with these arguments.
+        _check_runnable(method)
+        _fast.clear_exact(buf, method=method, threads=threads, hot=hot)
         return
     if err is not None:
         addrs, lens, _ = _refuse(buf, err)      # raises unless strided numpy

@@ -95,10 +95,12 @@ def _python_blocks() -> list[str]:
 
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
 def test_readme_example_runs(index):
-    """Each python example runs as written (numpy ones skip without numpy)."""
+    """Each python example runs as written (numpy and torch ones skip
+    without them)."""
     code = _python_blocks()[index]
-    if "import numpy" in code:
-        pytest.importorskip("numpy")
+    for module in ("numpy", "torch"):
+        if "import %s" % module in code:
+            pytest.importorskip(module)
     exec(compile(code, "README.md example %d" % index, "exec"), {"__name__": "readme"})
 
 

@@ -10,6 +10,117 @@
 
 static const char *const clear_pos[] = {"buf"};
 
+/* hot as (start, stop) within n bytes: 1, 0 when it is not a tuple of two
+ * exact ints in range (Python normalizes or refuses it), -1 with an error
+ * set. */
+static int hot_range(PyObject *hot, size_t n, size_t *start, size_t *stop)
+{
+    if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != 2
+        || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 0))
+        || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 1)))
+        return 0;
+    Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 0));
+    Py_ssize_t b = a == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 1));
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (a < 0 || a > b || (size_t)b > n)
+        return 0;
+    *start = (size_t)a;
+    *stop = (size_t)b;
+    return 1;
+}
+
+/* clear() of a tensor taken through DLPack (dlpack.c); the view is
+ * released here.  hot: NULL, True/False (the word for the whole tensor) or
+ * a (start, stop) pair, which needs a tensor that tiles its bytes. */
+static PyObject *clear_tensor(PyObject *buf, struct dlpack_view *dv, int idx, int nthreads,
+                              PyObject *hot)
+{
+    size_t start = 0, stop = 0;
+    int word = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
+    if (hot && !word) {
+        PyObject *pair = PyList_CheckExact(hot) ? PySequence_Tuple(hot) : Py_NewRef(hot);
+        int ok = !pair ? -1 : dv->nruns ? 0 : hot_range(pair, dv->len, &start, &stop);
+        Py_XDECREF(pair);
+        if (ok <= 0) {
+            if (ok == 0 && dv->nruns)
+                PyErr_Format(PyExc_ValueError, "hot= needs a contiguous buffer; this %s "
+                             "is strided", Py_TYPE(buf)->tp_name);
+            else if (ok == 0)
+                PyErr_Format(PyExc_ValueError, "hot must be a (start, stop) pair of ints "
+                             "with 0 <= start <= stop <= %zu (the buffer's size), not %R",
+                             dv->len, hot);
+            dlpack_release(dv);
+            return NULL;
+        }
+    }
+    int rc = 0;
+    if (debug_hook)
+        rc = call_debug_hook("acquired", NULL, dv->len);
+    if (rc == 0) {
+        if (dv->nruns)
+            rc = clear_extents(dv->addrs, dv->lens, dv->nruns, dv->len, idx, nthreads);
+        else if (word)
+            rc = clear_whole(dv->base, dv->len, idx, nthreads, word);
+        else if (hot)
+            rc = clear_with_hot(dv->base, dv->len, start, stop, idx, nthreads);
+        else
+            rc = clear_extent(dv->base, dv->len, idx, nthreads);
+    }
+    /* Written, wholly or (interrupted) in part: autograd must know.  The
+     * clear's own error (KeyboardInterrupt) wins over the bump's. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int bumped = dlpack_written(dv);
+    if (type) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    } else if (bumped < 0) {
+        rc = -1;
+    }
+    dlpack_release(dv);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A tensor (no buffer, but __dlpack__): 1 done (*res the result), 0 not a
+ * tensor or declined (*err set for Python when declined), -1 error. */
+static int clear_if_tensor(PyObject *buf, PyObject *method, PyObject *threads, PyObject *hot,
+                           PyObject **res, PyObject **err)
+{
+    int nthreads = threads_value(threads);
+    if (nthreads == DECLINE || PyObject_CheckBuffer(buf))
+        return 0;
+    struct dlpack_view dv;
+    /* Read without an export only where the GIL is kept throughout. */
+    size_t direct_max = nthreads == 1 && (!hot || hot == Py_False) ? cfg.gil_min : 0;
+    int got = dlpack_acquire(buf, &dv, direct_max);
+    if (got <= 0)
+        return got;
+    if (dv.direct && dv.len >= cfg.gil_min) {
+        /* The configuration was reloaded meanwhile (the producer's code
+         * ran): export it after all. */
+        dlpack_release(&dv);
+        got = dlpack_acquire(buf, &dv, 0);
+        if (got <= 0)
+            return got;
+    }
+    /* After the producer's code, as for buffers (see do_clear). */
+    int idx = method_index(method);
+    if (idx == DECLINE) {
+        dlpack_release(&dv);
+        *err = PyUnicode_FromString("a tensor (DLPack)");
+        return *err ? 0 : -1;
+    }
+    *res = clear_tensor(buf, &dv, idx, nthreads, hot);
+    return *res ? 1 : -1;
+}
+
 /* strict: called back from Python with normalized arguments, so declining
  * again would be a bug, not a refusal to explain. */
 static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -24,8 +135,13 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (hot == Py_None)
         hot = NULL;
     Py_buffer view;
-    PyObject *err = NULL;
-    int got = acquire_writable(buf, &view, &err, -1);
+    PyObject *err = NULL, *res = NULL;
+    int got = clear_if_tensor(buf, method, threads, hot, &res, &err);
+    if (got != 0)
+        return res;
+    if (err)
+        goto decline;
+    got = acquire_writable(buf, &view, &err, -1);
     if (got < 0)
         return NULL;
     if (got > 0)
@@ -53,25 +169,15 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         rc = clear_whole(base, n, idx, nthreads,
                          hot == Py_True ? CP_POLICY_HOT_ALL : CP_POLICY_NOT_SOON);
     } else {
-        Py_ssize_t start, stop;
-        if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != 2
-            || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 0))
-            || !PyLong_CheckExact(PyTuple_GET_ITEM(hot, 1)))
-            goto release_decline;
-        start = PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 0));
-        stop = start == -1 && PyErr_Occurred() ? -1
-             : PyLong_AsSsize_t(PyTuple_GET_ITEM(hot, 1));
-        if (PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-                PyBuffer_Release(&view);
-                return NULL;
-            }
-            PyErr_Clear();
-            goto release_decline;
+        size_t start, stop;
+        int ok = hot_range(hot, n, &start, &stop);
+        if (ok < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
         }
-        if (start < 0 || start > stop || (size_t)stop > n)
+        if (ok == 0)
             goto release_decline;
-        rc = clear_with_hot(base, n, (size_t)start, (size_t)stop, idx, nthreads);
+        rc = clear_with_hot(base, n, start, stop, idx, nthreads);
     }
     PyBuffer_Release(&view);
     if (rc < 0)
@@ -86,7 +192,7 @@ decline:
         PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
         return NULL;
     }
-    PyObject *res = PyObject_CallFunctionObjArgs(
+    res = PyObject_CallFunctionObjArgs(
         hook_clear, buf, method ? method : s_auto, threads ? threads : one,
         hot ? hot : Py_None, err ? err : Py_None, NULL);
     Py_XDECREF(err);

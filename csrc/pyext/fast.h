@@ -4,7 +4,8 @@
  * forms taken), run.c (calling a routine, running a job), entries.c
  * (clear, clear_many, clear_pages), config.c (binding to
  * clearpages._native, configure, and decide: the policy's answer for a
- * size), region_type.c (RegionMemory), scan.c (is_zero, nonzero_pages).
+ * size), dlpack.c (tensors through DLPack), region_type.c (RegionMemory),
+ * scan.c (is_zero, nonzero_pages).
  * What runs is decided by the core's policy (core/policy.h) and nowhere
  * here.
  *
@@ -156,6 +157,34 @@ PyObject *fast_set_untouched(PyObject *, PyObject *);
 PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_nonzero_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_set_scan(PyObject *, PyObject *);
+
+/* ---- dlpack.c: tensors through DLPack ------------------------------------------------ */
+
+/* What clear() of a DLPack producer holds while it clears: the capsule and
+ * the managed tensor (released by dlpack_release, which calls its deleter),
+ * the extent [base, base + len) or, for a tensor that does not tile its
+ * bytes, nruns runs (addrs[i], lens[i]) totalling len. */
+struct dlpack_view {
+    PyObject *capsule;
+    struct DLManagedTensorVersioned *versioned;
+    struct DLManagedTensor *legacy;
+    PyObject *bump;             /* a torch tensor whose version counter to bump */
+    int direct;                 /* read without an export: keep the GIL */
+    char *base;
+    size_t len;
+    char **addrs;
+    size_t *lens;
+    size_t nruns;
+};
+
+/* 1: acquired (call dlpack_release); 0: obj has no __dlpack__ (no error);
+ * -1: refused or failed, with the exception set and nothing held.
+ * direct_max: the size below which the clear keeps the GIL throughout (0:
+ * it may not), where a torch tensor may be read without an export. */
+int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max);
+/* After the write: bump a torch tensor's version counter. */
+int dlpack_written(struct dlpack_view *v);
+void dlpack_release(struct dlpack_view *v);
 
 /* ---- region_type.c --------------------------------------------------------------- */
 

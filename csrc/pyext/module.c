@@ -17,6 +17,9 @@
  * (core/api.h); this module imports it once, here, so the assembly is
  * assembled and linked once and no address passes through Python.
  *
+ * Objects with no buffer but __dlpack__ (tensors) are taken through DLPack
+ * by dlpack.c, in the same call.
+ *
  * Also here: RegionMemory, the base type of clearpages.Region, which owns
  * one mapping, exports it as a buffer itself and counts the exports, so
  * resize/move/close can refuse while any is live.
@@ -33,7 +36,8 @@ PyObject *s_auto, *one;
 static PyMethodDef module_methods[] = {
     {"clear", (PyCFunction)(void (*)(void))fast_clear, FASTCALL_KW,
      "clear(buf, *, method=\"auto\", threads=1, hot=None)\n--\n\n"
-     "Zero every byte of a writable buffer.\n\n"
+     "Zero every byte of a writable buffer, or of a tensor in CPU memory\n"
+     "through DLPack (__dlpack__), in place.\n\n"
      "method: \"auto\" or a name from clearpages.methods() (\"discard\" for a\n"
      "Region).  threads: an int >= 1 or \"auto\".  hot: True (all of it is used\n"
      "next: ordinary stores), False (not soon: streaming), or a (start, stop) byte\n"

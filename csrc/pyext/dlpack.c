@@ -1,0 +1,569 @@
+/*
+ * Tensors in place through DLPack: clear(obj) of an object that has no
+ * buffer but has __dlpack__ (a torch tensor, a JAX or CuPy host array...).
+ *
+ * The consumer's side of the protocol: ask for a versioned capsule
+ * (__dlpack__(max_version=(1, 0), copy=False)), or an unversioned one from
+ * a producer that takes no such keywords; take it (the capsule is renamed
+ * used_*, so the producer's capsule destructor leaves the tensor to us);
+ * clear the bytes the tensor's shape, strides and byte offset describe;
+ * call the tensor's deleter once done.  The capsule and the tensor are held
+ * while the GIL is released, so the memory outlives the clear.
+ *
+ * Refused, with the data unchanged: a tensor flagged read-only or copied
+ * (clearing a copy would leave the object as it was), memory this CPU
+ * cannot write (any device but the CPU and CUDA-pinned host memory), a
+ * DLPack major version other than 1, elements that are not whole bytes.
+ *
+ * torch tensors: torch's own __dlpack__ is Python code that costs several
+ * times a 4 KiB clear, so an exact torch.Tensor or Parameter is exported
+ * with the C function it ends in (torch._C._to_dlpack_versioned), after the
+ * checks of it that matter on the CPU; and every torch tensor's version
+ * counter is bumped after the write (torch._C._increment_version, what
+ * torch.autograd.graph.increment_version calls), so autograd sees the
+ * in-place change.  As torch's in-place operations, a tensor that requires
+ * grad is refused while grad mode is on: the write could not be recorded.
+ */
+#include <string.h>
+
+#include "fast.h"
+
+/* ---- the ABI of dlpack.h (major version 1) ------------------------------- */
+
+typedef struct {
+    uint32_t major, minor;
+} DLPackVersion;
+
+typedef struct {
+    int32_t device_type, device_id;
+} DLDevice;
+
+typedef struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;           /* in elements; NULL: C order (before 1.0) */
+    uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
+
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1ull << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1ull << 1)
+
+static const char *const device_names[] = {
+    NULL, "CPU", "CUDA", "CUDA host", "OpenCL", NULL, NULL, "Vulkan", "Metal", "VPI",
+    "ROCm", "ROCm host", "ExtDev", "CUDA managed", "oneAPI", "WebGPU", "Hexagon",
+    "MAIA", "Trainium",
+};
+
+/* ---- what is looked up once ------------------------------------------------ */
+
+static PyObject *s_dlpack, *s_requires_grad, *s_is_cpu, *s_is_contiguous, *s_data_ptr,
+    *s_nbytes, *dlpack_kwnames, *max_version;
+/* torch, once it is imported: the tensor base type, the exporter, the
+ * version bump and the grad mode. */
+static PyObject *torch_base, *torch_tensor, *torch_parameter, *torch_export, *torch_bump,
+    *torch_grad_enabled;
+static int torch_looked;
+/* The C functions behind TensorBase's requires_grad, is_cpu and nbytes
+ * (getters) and data_ptr and is_contiguous (methods): called directly,
+ * they cost a third of the attribute and method lookups. */
+static PyObject *torch_descrs[5];
+static PyGetSetDef *gs_requires_grad, *gs_is_cpu, *gs_nbytes;
+static PyMethodDef *m_data_ptr, *m_is_contiguous;
+static PyObject *empty_args;
+
+static PyGetSetDef *torch_getter(int i, const char *name)
+{
+    PyObject *d = PyDict_GetItemString(((PyTypeObject *)torch_base)->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyGetSetDescr_Type))
+        return NULL;
+    torch_descrs[i] = Py_NewRef(d);
+    return ((PyGetSetDescrObject *)d)->d_getset;
+}
+
+static PyMethodDef *torch_method(int i, const char *name)
+{
+    PyObject *d = PyDict_GetItemString(((PyTypeObject *)torch_base)->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyMethodDescr_Type))
+        return NULL;
+    int flags = ((PyMethodDescrObject *)d)->d_method->ml_flags;
+    if (flags != METH_NOARGS && flags != (METH_VARARGS | METH_KEYWORDS))
+        return NULL;
+    torch_descrs[i] = Py_NewRef(d);
+    return ((PyMethodDescrObject *)d)->d_method;
+}
+
+/* obj.name (a getter) or obj.name() (a method without arguments): through
+ * the C function when it was found, else the ordinary lookup. */
+static PyObject *torch_get(PyObject *obj, PyGetSetDef *gs, PyObject *name)
+{
+    return gs ? gs->get(obj, gs->closure) : PyObject_GetAttr(obj, name);
+}
+
+static PyObject *torch_call(PyObject *obj, PyMethodDef *m, PyObject *name)
+{
+    if (!m) {
+        PyObject *argv[2] = {NULL, obj};
+        return PyObject_VectorcallMethod(name, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                         NULL);
+    }
+    if (m->ml_flags == METH_NOARGS)
+        return m->ml_meth(obj, NULL);
+    return ((PyCFunctionWithKeywords)(void (*)(void))m->ml_meth)(obj, empty_args, NULL);
+}
+
+static int dlpack_init(void)
+{
+    if (s_dlpack)
+        return 0;
+    s_dlpack = PyUnicode_InternFromString("__dlpack__");
+    s_requires_grad = PyUnicode_InternFromString("requires_grad");
+    s_is_cpu = PyUnicode_InternFromString("is_cpu");
+    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    s_nbytes = PyUnicode_InternFromString("nbytes");
+    dlpack_kwnames = Py_BuildValue("(ss)", "max_version", "copy");
+    max_version = Py_BuildValue("(ii)", 1, 0);
+    if (!s_dlpack || !s_requires_grad || !s_is_cpu || !s_is_contiguous || !s_data_ptr
+        || !s_nbytes || !dlpack_kwnames || !max_version)
+        return -1;
+    return 0;
+}
+
+static PyObject *attr_or_null(PyObject *o, const char *name)
+{
+    PyObject *r = o ? PyObject_GetAttrString(o, name) : NULL;
+    if (!r)
+        PyErr_Clear();
+    return r;
+}
+
+/* Find torch's pieces once torch is imported (never imports it). */
+static void torch_lookup(void)
+{
+    if (torch_looked)
+        return;
+    PyObject *mods = PyImport_GetModuleDict();
+    PyObject *torch = mods ? PyDict_GetItemString(mods, "torch") : NULL;
+    PyObject *c = torch ? PyDict_GetItemString(mods, "torch._C") : NULL;
+    PyObject *nn = torch ? PyDict_GetItemString(mods, "torch.nn.parameter") : NULL;
+    if (!torch || !c)
+        return;                     /* not imported (yet): look again next time */
+    torch_looked = 1;
+    torch_base = attr_or_null(c, "TensorBase");
+    torch_tensor = attr_or_null(torch, "Tensor");
+    torch_parameter = attr_or_null(nn, "Parameter");
+    torch_export = attr_or_null(c, "_to_dlpack_versioned");
+    torch_bump = attr_or_null(c, "_increment_version");
+    torch_grad_enabled = attr_or_null(c, "is_grad_enabled");
+    if (torch_base && !PyType_Check(torch_base))
+        Py_CLEAR(torch_base);
+    empty_args = PyTuple_New(0);
+    if (!torch_base || !empty_args)
+        return;
+    gs_requires_grad = torch_getter(0, "requires_grad");
+    gs_is_cpu = torch_getter(1, "is_cpu");
+    gs_nbytes = torch_getter(2, "nbytes");
+    m_data_ptr = torch_method(3, "data_ptr");
+    m_is_contiguous = torch_method(4, "is_contiguous");
+}
+
+static int is_torch(PyObject *obj)
+{
+    torch_lookup();
+    return torch_base && PyObject_TypeCheck(obj, (PyTypeObject *)torch_base);
+}
+
+/* ---- taking the capsule ------------------------------------------------------ */
+
+static const char *const used_versioned = "used_dltensor_versioned";
+static const char *const used_legacy = "used_dltensor";
+
+/* A torch tensor that requires grad, in grad mode: refused as torch's own
+ * in-place operations refuse it.  1: refused (error set), 0: fine, -1. */
+static int torch_refuses(PyObject *obj)
+{
+    PyObject *rg = torch_get(obj, gs_requires_grad, s_requires_grad);
+    if (!rg)
+        return -1;
+    int requires = PyObject_IsTrue(rg);
+    Py_DECREF(rg);
+    if (requires <= 0)
+        return requires;
+    PyObject *on = torch_grad_enabled ? PyObject_CallNoArgs(torch_grad_enabled) : NULL;
+    if (!on)
+        return torch_grad_enabled ? -1 : 0;
+    int enabled = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (enabled <= 0)
+        return enabled;
+    PyErr_SetString(PyExc_TypeError,
+                    "the tensor requires grad, and autograd cannot record a write that "
+                    "clearpages makes: torch refuses t.zero_() on such a leaf too, outside "
+                    "torch.no_grad().  Clear it inside torch.no_grad(), or clear t.detach(), "
+                    "which shares its memory; it was left unchanged");
+    return 1;
+}
+
+/* An exact torch tensor, contiguous in CPU memory and smaller than
+ * direct_max bytes, from its own accessors: a quarter of the cost of an
+ * export.  Only for a clear that keeps the GIL throughout (direct_max is
+ * the size below which it does), so no other thread can resize or free
+ * the storage meanwhile; anything else is exported.  1: v->base and
+ * v->len set; 0: export it; -1: an error. */
+static int torch_direct(PyObject *obj, struct dlpack_view *v, size_t direct_max)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!direct_max
+        || (tp != (PyTypeObject *)torch_tensor && tp != (PyTypeObject *)torch_parameter))
+        return 0;
+    int ok = 0;
+    PyObject *cpu = torch_get(obj, gs_is_cpu, s_is_cpu);
+    if (!cpu || cpu != Py_True)
+        goto done;
+    PyObject *cont = torch_call(obj, m_is_contiguous, s_is_contiguous);
+    int contiguous = cont == Py_True;
+    Py_XDECREF(cont);
+    if (!contiguous)
+        goto done;
+    PyObject *nbytes = torch_get(obj, gs_nbytes, s_nbytes);
+    size_t n = nbytes ? PyLong_AsSize_t(nbytes) : (size_t)-1;
+    Py_XDECREF(nbytes);
+    if (n == (size_t)-1 || n >= direct_max)
+        goto done;
+    PyObject *ptr = torch_call(obj, m_data_ptr, s_data_ptr);
+    void *p = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
+    Py_XDECREF(ptr);
+    if (PyErr_Occurred())
+        goto done;
+    v->base = p;
+    v->len = n;
+    ok = 1;
+done:
+    Py_XDECREF(cpu);
+    if (PyErr_Occurred())
+        PyErr_Clear();          /* the export says what is wrong, if anything */
+    return ok;
+}
+
+/* The capsule obj exports: torch's exporter for an exact torch tensor,
+ * else __dlpack__ with the keywords, else without (older producers). */
+static PyObject *export_capsule(PyObject *obj, int torch)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (torch && torch_export
+        && (tp == (PyTypeObject *)torch_tensor || tp == (PyTypeObject *)torch_parameter))
+        return PyObject_CallOneArg(torch_export, obj);
+    PyObject *target = obj, *detached = NULL;
+    if (torch) {
+        /* torch's __dlpack__ refuses a tensor that requires grad even under
+         * no_grad, where its in-place operations are allowed: export the
+         * detached tensor, which shares memory and version counter. */
+        PyObject *rg = PyObject_GetAttr(obj, s_requires_grad);
+        int requires = rg ? PyObject_IsTrue(rg) : -1;
+        Py_XDECREF(rg);
+        if (requires < 0)
+            return NULL;
+        if (requires) {
+            detached = PyObject_CallMethod(obj, "detach", NULL);
+            if (!detached)
+                return NULL;
+            target = detached;
+        }
+    }
+    /* argv[0] is the slot PY_VECTORCALL_ARGUMENTS_OFFSET lets the call use. */
+    PyObject *argv[4] = {NULL, target, max_version, Py_False};
+    PyObject *cap = PyObject_VectorcallMethod(s_dlpack, argv + 1,
+                                              1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                              dlpack_kwnames);
+    if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* A producer from before DLPack 1.0 takes no keywords. */
+        PyErr_Clear();
+        cap = PyObject_VectorcallMethod(s_dlpack, argv + 1,
+                                        1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(detached);
+    return cap;
+}
+
+static void set_refusal(PyObject *obj, const char *fmt, const char *what)
+{
+    PyErr_Format(PyExc_TypeError, fmt, Py_TYPE(obj)->tp_name, what);
+}
+
+/* The extents the tensor covers: one when its elements tile a range of
+ * bytes exactly once (any order of dimensions, any sign of strides), else
+ * a run per innermost contiguous block (a job merges what touches). */
+static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *v)
+{
+    size_t bits = (size_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
+    if (bits == 0 || bits % 8) {
+        PyErr_Format(PyExc_TypeError,
+                     "cannot clear the %s: its elements are %zu bits, not whole bytes",
+                     Py_TYPE(obj)->tp_name, bits);
+        return -1;
+    }
+    int64_t item = (int64_t)(bits / 8);
+    int nd = t->ndim;
+    if (nd < 0 || nd > 64) {
+        PyErr_Format(PyExc_TypeError, "cannot clear the %s: %d dimensions",
+                     Py_TYPE(obj)->tp_name, nd);
+        return -1;
+    }
+    char *base = (char *)t->data + t->byte_offset;
+    /* Dimensions of more than one element, as (size, byte stride). */
+    int64_t size[64], stride[64];
+    int k = 0;
+    int64_t elements = 1, contiguous = item;
+    for (int i = nd - 1; i >= 0; i--) {
+        int64_t n = t->shape[i];
+        if (n < 0) {
+            PyErr_Format(PyExc_TypeError, "cannot clear the %s: a negative shape",
+                         Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+        if (n == 0) {
+            v->base = base;
+            v->len = 0;
+            return 0;
+        }
+        int64_t s = t->strides ? t->strides[i] * item : contiguous;
+        contiguous *= n;
+        if (n == 1)
+            continue;
+        size[k] = n;
+        stride[k] = s;
+        k++;
+        if (__builtin_mul_overflow(elements, n, &elements)) {
+            PyErr_SetString(PyExc_OverflowError, "the tensor is larger than memory");
+            return -1;
+        }
+    }
+    /* Smallest stride first (insertion sort: k is small). */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && llabs(stride[j]) < llabs(stride[j - 1]); j--) {
+            int64_t a = size[j], b = stride[j];
+            size[j] = size[j - 1];
+            stride[j] = stride[j - 1];
+            size[j - 1] = a;
+            stride[j - 1] = b;
+        }
+    /* Collapse the innermost dimensions that continue the run. */
+    int64_t run = item;
+    int inner = 0;
+    char *low = base;
+    while (inner < k && llabs(stride[inner]) == run) {
+        if (stride[inner] < 0)
+            low += stride[inner] * (size[inner] - 1);
+        run *= size[inner];
+        inner++;
+    }
+    if (inner == k) {
+        v->base = low;
+        v->len = (size_t)run;
+        return 0;
+    }
+    /* Runs: one per index of the outer dimensions. */
+    int64_t count = elements / (run / item);
+    v->addrs = PyMem_Malloc((size_t)count * sizeof(char *));
+    v->lens = PyMem_Malloc((size_t)count * sizeof(size_t));
+    if (!v->addrs || !v->lens) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t idx[64] = {0};
+    char *p = low;
+    for (int64_t r = 0; r < count; r++) {
+        v->addrs[r] = p;
+        v->lens[r] = (size_t)run;
+        v->len += (size_t)run;
+        for (int d = inner; d < k; d++) {       /* odometer over the outer dims */
+            if (++idx[d] < size[d]) {
+                p += stride[d];
+                break;
+            }
+            p -= stride[d] * (size[d] - 1);
+            idx[d] = 0;
+        }
+    }
+    v->nruns = (size_t)count;
+    return 0;
+}
+
+int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
+{
+    memset(v, 0, sizeof *v);
+    if (dlpack_init() < 0)
+        return -1;
+    int torch = is_torch(obj);
+    if (!torch) {
+        PyObject *m = PyObject_GetAttr((PyObject *)Py_TYPE(obj), s_dlpack);
+        if (!m) {
+            PyErr_Clear();
+            return 0;               /* not a DLPack producer */
+        }
+        Py_DECREF(m);
+    } else {
+        if (torch_refuses(obj))
+            return -1;
+        int direct = torch_direct(obj, v, direct_max);
+        if (direct) {
+            if (direct > 0) {
+                v->bump = Py_NewRef(obj);
+                v->direct = 1;
+            }
+            return direct;
+        }
+    }
+    PyObject *cap = export_capsule(obj, torch);
+    if (!cap) {
+        /* The producer's refusal (torch says RuntimeError) as ours. */
+        if (PyErr_ExceptionMatches(PyExc_BufferError)
+            || PyErr_ExceptionMatches(PyExc_ValueError)
+            || PyErr_ExceptionMatches(PyExc_TypeError)
+            || PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_Format(PyExc_TypeError, "the %s cannot be cleared in place: its DLPack "
+                         "export failed: %S; it was left unchanged", Py_TYPE(obj)->tp_name,
+                         value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
+        return -1;
+    }
+    const DLTensor *t;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (PyCapsule_SetName(cap, used_versioned) < 0)
+            goto fail;
+        v->versioned = m;
+        if (m->version.major != 1) {
+            PyErr_Format(PyExc_TypeError, "cannot clear the %s: it exports DLPack %u.%u, "
+                         "and this clearpages reads DLPack 1.x", Py_TYPE(obj)->tp_name,
+                         m->version.major, m->version.minor);
+            goto fail;
+        }
+        if (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) {
+            set_refusal(obj, "the %s is read-only (its DLPack export says so); clearpages "
+                        "only clears writable memory and left it unchanged%s", "");
+            goto fail;
+        }
+        if (m->flags & DLPACK_FLAG_BITMASK_IS_COPIED) {
+            set_refusal(obj, "the %s exported a copy of its data (DLPack's IS_COPIED "
+                        "flag), and clearing a copy would leave it unchanged%s", "");
+            goto fail;
+        }
+        t = &m->dl_tensor;
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        if (PyCapsule_SetName(cap, used_legacy) < 0)
+            goto fail;
+        v->legacy = m;
+        t = &m->dl_tensor;
+    } else {
+        PyErr_Format(PyExc_TypeError, "cannot clear the %s: its __dlpack__ returned %s, "
+                     "not a DLPack capsule", Py_TYPE(obj)->tp_name, Py_TYPE(cap)->tp_name);
+        Py_DECREF(cap);
+        return -1;
+    }
+    v->capsule = cap;
+    int dev = t->device.device_type;
+    if (dev != kDLCPU && dev != kDLCUDAHost) {
+        const char *name = dev > 0 && dev < (int)(sizeof device_names / sizeof *device_names)
+                           && device_names[dev] ? device_names[dev] : "an unknown device";
+        PyErr_Format(PyExc_TypeError, "the %s is on %s (device %d), not in memory this CPU "
+                     "can write; clear it on its device (for torch: t.zero_()) or on a "
+                     "CPU copy; it was left unchanged", Py_TYPE(obj)->tp_name, name,
+                     (int)t->device.device_id);
+        goto release;
+    }
+    if (tensor_extents(obj, t, v) < 0)
+        goto release;
+    if (torch) {
+        Py_INCREF(obj);
+        v->bump = obj;
+    }
+    return 1;
+
+fail:
+    v->capsule = cap;
+release:
+    dlpack_release(v);
+    return -1;
+}
+
+int dlpack_written(struct dlpack_view *v)
+{
+    if (!v->bump || !torch_bump)
+        return 0;
+    /* The bump takes a sequence of tensors: one 1-tuple, reused while no
+     * one else holds it, saves an allocation (and the collections it
+     * brings) per call.  The call holds its own reference, so a call in
+     * another thread meanwhile (should torch let the GIL go) makes its own. */
+    static PyObject *spare;
+    PyObject *tup = spare;
+    if (tup && Py_REFCNT(tup) == 1) {
+        Py_INCREF(tup);
+        PyObject *was = PyTuple_GET_ITEM(tup, 0);
+        PyTuple_SET_ITEM(tup, 0, Py_NewRef(v->bump));
+        Py_DECREF(was);
+    } else {
+        tup = PyTuple_Pack(1, v->bump);
+        if (!tup)
+            return -1;
+        Py_XSETREF(spare, Py_NewRef(tup));
+    }
+    PyObject *r = PyObject_CallOneArg(torch_bump, tup);
+    PyObject *was = PyTuple_GET_ITEM(tup, 0);
+    PyTuple_SET_ITEM(tup, 0, Py_NewRef(Py_None));     /* hold no tensor between calls */
+    Py_DECREF(was);
+    Py_DECREF(tup);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+void dlpack_release(struct dlpack_view *v)
+{
+    /* The deleter may run Python code (the producer's), so keep any
+     * pending exception across it. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (v->versioned && v->versioned->deleter)
+        v->versioned->deleter(v->versioned);
+    else if (v->legacy && v->legacy->deleter)
+        v->legacy->deleter(v->legacy);
+    PyErr_Restore(type, value, tb);
+    v->versioned = NULL;
+    v->legacy = NULL;
+    Py_CLEAR(v->capsule);
+    Py_CLEAR(v->bump);
+    PyMem_Free(v->addrs);
+    PyMem_Free(v->lens);
+    v->addrs = NULL;
+    v->lens = NULL;
+}
