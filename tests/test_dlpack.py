@@ -128,6 +128,10 @@ def test_arguments_work_as_for_buffers():
     a[:] = 1
     cp.clear(OnlyDLPack(a), hot=[0, 4096])
     assert not a.any()
+    for word in (True, False):
+        a[:] = 1
+        cp.clear(OnlyDLPack(a), hot=word)
+        assert not a.any()
     a[:] = 1
     for m in cp.methods():
         cp.clear(OnlyDLPack(a[: 1000]), method=m)
