@@ -84,6 +84,11 @@ void cp_extents_free(struct cp_extent *ext)
     free(ext);
 }
 
+void cp_untouched_use_pagemap(int on)
+{
+    atomic_store(&scan_ioctl, on ? 0 : -1);
+}
+
 /* /proc/self/pagemap of this process, opened once per process. */
 static int pagemap(void)
 {

@@ -34,6 +34,10 @@ size_t cp_untouched_trim(const struct cp_extent *ext, size_t n, struct cp_extent
 /* Free what cp_untouched_trim returned. */
 void cp_extents_free(struct cp_extent *ext);
 
+/* Tests: 1 reads /proc/self/pagemap entry by entry, as on a kernel without
+ * the PAGEMAP_SCAN ioctl; 0 finds out again what the kernel has. */
+void cp_untouched_use_pagemap(int on);
+
 /* What the last trim on this thread found (tests, plan()): 0 not run,
  * 1 sampled pages all in use, 2 trimmed, 3 nothing to drop after the full
  * check, -1 the check could not be made. */
