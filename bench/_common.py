@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime
-import mmap
 import os
 import platform
 import statistics
@@ -191,23 +190,12 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
 
 def machine_label() -> str:
     """CPU, kernel, date: printed above every table."""
+    from clearpages import _system
+
     c = cp.cpu()
     model = c.brand
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(f.readline().split()[1])
-        mem = ", %d GiB RAM" % round(kb / (1 << 20))
-    except (OSError, ValueError, IndexError):
-        pass
+    total = _system.memory_total()
+    mem = ", %d GiB RAM" % round(total / GiB) if total else ""
     caches = ", ".join("%s %s" % (k, fmt_size(v)) for k, v in
                        (("L1d", c.l1d), ("L2", c.l2), ("L3", c.l3)) if v)
     return ("machine: %s (%s family %d model %d), %d cores, %s%s\n"

@@ -26,12 +26,21 @@ def thp_mode() -> str | None:
     return text[start + 1:text.find("]", start)] if start >= 0 else None
 
 
+def memory_total() -> int | None:
+    """MemTotal from /proc/meminfo in bytes, None if unknown."""
+    return _meminfo("MemTotal:")
+
+
 def memory_available() -> int | None:
     """MemAvailable from /proc/meminfo in bytes, None if unknown."""
+    return _meminfo("MemAvailable:")
+
+
+def _meminfo(field: str) -> int | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
