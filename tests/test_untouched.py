@@ -380,3 +380,20 @@ def test_is_zero_does_not_read_pages_never_touched():
         f.flush()
         with mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE) as fm:
             assert not cp.is_zero(fm)
+
+
+@pytest.mark.parametrize("page_size", [4096, 1000, 6000, 3 * MiB + 8, 64])
+def test_nonzero_pages_reads_only_touched_pages(lookup, page_size):
+    m = mmap.mmap(-1, 64 * MiB, flags=mmap.MAP_PRIVATE)
+    for off in (5, PAGE - 1, PAGE, 3 * MiB - 1, 3 * MiB, 40 * MiB + 123, len(m) - 1):
+        m[off] = 1
+    for off in range(8 * MiB, 9 * MiB, 997):          # touched, zero
+        m[off] = 0
+    got = list(cp.nonzero_pages(m, page_size))
+    assert lib.cp_untouched_last() == TRIMMED
+    a = np.frombuffer(m, dtype=np.uint8)
+    pad = np.zeros(-(-a.size // page_size) * page_size, dtype=np.uint8)
+    pad[:a.size] = a
+    assert got == np.flatnonzero(pad.reshape(-1, page_size).any(axis=1)).tolist()
+    del a
+    m.close()

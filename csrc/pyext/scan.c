@@ -217,6 +217,69 @@ PyObject *fast_is_zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     return PyBool_FromLong(zero);
 }
 
+/* Append to out (at *found) the nonzero pages among pages [first, end) of
+ * the n bytes at base, in slices of whole pages so that Ctrl-C is seen
+ * between them.  -1 when a signal handler raised. */
+static int scan_pages(const char *base, size_t n, size_t psize, size_t first, size_t end,
+                      int t, int64_t *out, size_t *found)
+{
+    size_t slice_pages = SCAN_SLICE * (size_t)t / psize;
+    if (slice_pages == 0)
+        slice_pages = 1;
+    for (; first < end; first += slice_pages) {
+        size_t stop = first + slice_pages < end ? first + slice_pages : end;
+        size_t lo = first * psize, hi = stop * psize < n ? stop * psize : n;
+        size_t k;
+        if (hi - lo >= SCAN_GIL_MIN || t > 1) {
+            Py_BEGIN_ALLOW_THREADS
+            k = scan.nonzero_pages(scan.variant, base + lo, hi - lo, psize, out + *found, t);
+            Py_END_ALLOW_THREADS
+        } else {
+            k = scan.nonzero_pages(scan.variant, base + lo, hi - lo, psize, out + *found, t);
+        }
+        for (size_t i = 0; i < k; i++)
+            out[*found + i] += (int64_t)first;
+        *found += k;
+        if (stop < end && PyErr_CheckSignals() < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The nonzero pages of a contiguous buffer.  Where the policy would look
+ * for untouched pages in a clear of this size, only the pages that hold
+ * some of the memory in use are read (core/untouched.c): the others are
+ * zero, and reading them would fault the zero page into each. */
+static int nonzero_pages_touched(const char *base, size_t n, size_t psize, int t,
+                                 int64_t *out, size_t *found)
+{
+    size_t npages = n / psize + (n % psize != 0);
+    struct cp_decision d;
+    decide(n, 1, AUTO, 1, 0, 0, &d);
+    if (!d.skip_untouched)
+        return scan_pages(base, n, psize, 0, npages, t, out, found);
+    struct cp_extent whole = {(char *)base, n}, *kept = NULL;
+    size_t m;
+    Py_BEGIN_ALLOW_THREADS
+    m = nat->untouched_trim(&whole, 1, &kept);
+    Py_END_ALLOW_THREADS
+    if (m == (size_t)-1)
+        return scan_pages(base, n, psize, 0, npages, t, out, found);
+    int rc = 0;
+    size_t next = 0;            /* the first page not yet read */
+    for (size_t i = 0; i < m && rc == 0; i++) {
+        size_t lo = (size_t)(kept[i].addr - base), hi = lo + kept[i].len;
+        size_t first = lo / psize, end = (hi + psize - 1) / psize;
+        if (first < next)
+            first = next;
+        if (first < end)
+            rc = scan_pages(base, n, psize, first, end, t, out, found);
+        next = end > next ? end : next;
+    }
+    nat->extents_free(kept);
+    return rc;
+}
+
 /* page_size as clear_pages reads it: None for the Region's page size (4096
  * for other buffers), an int, or any size clearpages._units.parse_size
  * reads ("4k", "2m"); 0 with the error set. */
@@ -302,30 +365,8 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     size_t found = 0;
-    /* Slices of whole pages, so Ctrl-C is seen between them. */
-    size_t slice_pages = SCAN_SLICE * (size_t)t / psize;
-    if (slice_pages == 0)
-        slice_pages = 1;
-    for (size_t first = 0; first < npages; first += slice_pages) {
-        size_t lo = first * psize, len = n - lo;
-        if (first + slice_pages < npages)
-            len = slice_pages * psize;
-        size_t k;
-        if (len >= SCAN_GIL_MIN || t > 1) {
-            Py_BEGIN_ALLOW_THREADS
-            k = scan.nonzero_pages(scan.variant, (const char *)view.buf + lo, len, psize,
-                                   out + found, t);
-            Py_END_ALLOW_THREADS
-        } else {
-            k = scan.nonzero_pages(scan.variant, (const char *)view.buf + lo, len, psize,
-                                   out + found, t);
-        }
-        for (size_t i = 0; i < k; i++)
-            out[found + i] += (int64_t)first;
-        found += k;
-        if (first + slice_pages < npages && PyErr_CheckSignals() < 0)
-            goto done;
-    }
+    if (nonzero_pages_touched(view.buf, n, psize, t, out, &found) < 0)
+        goto done;
     if (!array_type) {
         PyObject *mod = PyImport_ImportModule("array");
         if (!mod)
