@@ -192,7 +192,17 @@ int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t 
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) == 0) {
         if (__builtin_expect(view->itemsize < (Py_ssize_t)sizeof(PyObject *), 1))
             return 0;
+        /* Wider items: the same buffer again, with its format. */
         PyBuffer_Release(view);
+        if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) == 0) {
+            if (!format_holds_references(view->format))
+                return 0;
+            PyBuffer_Release(view);
+            return refuse_references(obj, index);
+        }
+        if (!is_refusal())
+            return -1;
+        PyErr_Clear();          /* no format to state (numpy's datetime64) */
         if (check_references(obj, index) < 0)
             return -1;
         if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) == 0)
