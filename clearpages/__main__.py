@@ -101,9 +101,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
         v["matplotlib"] or "not installed"), file=out)
     print("system      %s, transparent huge pages: %s" % (m["kernel"], m["thp"]), file=out)
     b = data["build"]
-    print("build       %s, extension %s" % (
-        "portable (libc memset only)" if b["portable"] else
-        "native (%d routines)" % len(b["routines"]), b["extension"]), file=out)
+    print("build       %s" % ("portable (libc memset only)" if b["portable"] else
+                              "native (%d routines)" % len(b["routines"])), file=out)
+    print("extension   %s" % b["extension"], file=out)
     print("\nCPU", file=out)
     print("  vendor    %s" % cpu.vendor, file=out)
     print("  brand     %s" % (cpu.brand or "(none)"), file=out)
@@ -135,10 +135,11 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     rows = [(k, _output.show_value(k, getattr(th, k), cpu.cores), _report.threshold_why(th, k))
             for k in _report.SHOWN]
     _output.table(rows, ("threshold", "value", "where it came from"), out)
-    print("\nthe rule each threshold is judged by: %s" % data["rule"], file=out)
+    print(file=out)
+    _output.say("the rule each threshold is judged by: %s" % data["rule"], out)
     print("\nadaptive auto", file=out)
     for line in _adapt.info_lines(data["adaptive"]):
-        print("  " + line, file=out)
+        _output.say(line, out, indent="  ")
     c = data["calibration"]
     print("\ncalibration", file=out)
     if c["setting"] == "off":
@@ -146,8 +147,8 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     elif c["in_use"]:
         print("  in use: %s" % c["in_use"], file=out)
     else:
-        print("  none: no valid file at %s (write one with `python -m clearpages "
-              "calibrate`)" % c["looked_for"], file=out)
+        _output.say("none: no valid file at %s; `python -m clearpages calibrate` writes "
+                    "one" % c["looked_for"], out, indent="  ")
     print("\nenvironment", file=out)
     if data["environment"]:
         for k, val in data["environment"].items():
@@ -173,24 +174,40 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         _output.dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
                     "kind": "temporal" if r.temporal else "streaming",
                     "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
-                    "learned": p.learned, "skips_untouched": p.skips_untouched,
+                    "evidence": list(p.evidence), "learned": p.learned, "skips_untouched": p.skips_untouched,
                     "untouched": p.untouched,
                     "thresholds_source": _core.thresholds().source,
                     "cpu": _calibration.identity(cpu)}, "-", out)
         return 0
-    pieces = "1 piece" if p.count == 1 else "%d pieces" % p.count
-    print("plan for %s (%d bytes) in %s, threads=%s" % (
-        _units.format_size(p.nbytes), p.nbytes, pieces, args.threads), file=out)
-    print("on %s" % _output.cpu_line(cpu), file=out)
-    print("  method   %s (%s stores: %s)" % (p.method, "ordinary" if r.temporal
-                                               else "streaming", r.summary), file=out)
-    print("  threads  %d" % p.threads, file=out)
-    print("  chunk    %s" % _units.format_size(p.chunk), file=out)
-    print("  reason   %s" % p.reason, file=out)
+    fmt = _units.format_size
+    if p.count == 1:
+        pieces = "in one piece"
+    else:
+        pieces = "in %d pieces: SIZE is the total, %s a piece on average" % (
+            p.count, fmt(p.nbytes // p.count) if p.nbytes >= p.count else "under 1 byte")
+    _output.say("plan for %s (%d bytes) %s, threads=%s" % (
+        fmt(p.nbytes), p.nbytes, pieces, args.threads), out)
+    _output.say("on %s" % _output.cpu_line(cpu), out)
+
+    def line(label: str, text: str) -> None:
+        _output.say("%-9s %s" % (label, text), out, indent="  ", hang=" " * 10)
+
+    line("method", "%s, %s stores: %s" % (p.method, "ordinary" if r.temporal else
+                                          "streaming", r.summary))
+    line("threads", str(p.threads))
+    if p.count == 1 and p.threads == 1 and p.nbytes <= p.chunk:
+        line("work", "one call of the routine over all %s" % fmt(p.nbytes))
+    else:
+        line("work", "a native job run in 40 ms slices: each thread's first unit is %s "
+                     "until the routine's speed is timed, later units end by the slice's "
+                     "deadline" % fmt(p.chunk))
+    line("reason", p.reason)
+    for why in p.evidence:
+        line("because", why)
     if p.learned:
-        print("  learned  %s" % p.learned, file=out)
-    print("  untouched %s" % p.untouched, file=out)
-    print("thresholds from: %s" % _core.thresholds().source, file=out)
+        line("learned", p.learned)
+    line("untouched", p.untouched)
+    print("thresholds from: %s" % _core.thresholds().source, file=out)   # a path: unbroken
     return 0
 
 
@@ -354,18 +371,19 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         progress.close()
     th, d = result.thresholds, result.default
-    print("clearpages calibrate on %s" % _output.cpu_line(cpu), file=out)
-    print("rule: %s" % _calibrate.RULE, file=out)
-    print("caches %s; %s run" % (_output.cache_line(cpu), "custom" if args.sizes else
-                                 "quick" if args.quick else "full"), file=out)
+    _output.say("clearpages calibrate on %s" % _output.cpu_line(cpu), out)
+    _output.say("rule: %s" % _calibrate.RULE, out)
+    _output.say("caches %s; %s run" % (_output.cache_line(cpu), "custom" if args.sizes else
+                                       "quick" if args.quick else "full"), out)
     print(file=out)
     show = _output.show_value
     _output.table([(k, show(k, getattr(d, k), cpu.cores), show(k, getattr(th, k), cpu.cores),
                     th.reason(k)) for k in _calibration.FIELDS],
                   ("threshold", "default", "calibrated", "evidence"), out)
-    print("\nauto at each measured size, default policy vs calibrated (GB/s = 10^9 "
-          "bytes/s, median, warm/cold; score: the worse of the two ratios to the best "
-          "routine):", file=out)
+    print(file=out)
+    _output.say("auto at each measured size, default policy vs calibrated (GB/s = 10^9 "
+                "bytes/s, median, warm/cold; score: the worse of the two ratios to the best "
+                "routine):", out)
     rows = []
     for r in result.comparison(cpu):
         def speeds(who: str, r: dict[str, Any] = r) -> str:
@@ -382,19 +400,20 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     print("\nwrote %s" % written, file=out)
     if named:
         if os.path.abspath(os.path.expanduser(named)) != os.path.abspath(written):
-            print("note: auto reads %s (CLEARPAGES_CALIBRATION), which does not exist yet"
-                  % named, file=out)
+            note = ("note: auto reads %s (CLEARPAGES_CALIBRATION), which does not exist yet"
+                    % named)
         else:
-            print("auto uses it in new processes; in a running one call "
-                  "clearpages.reload_config()", file=out)
+            note = "auto uses it in new processes; in a running one call " \
+                   "clearpages.reload_config()"
     elif st.config.calibration == "off":
-        print("note: CLEARPAGES_CALIBRATION=off is set, so auto will not read it", file=out)
+        note = "note: CLEARPAGES_CALIBRATION=off is set, so auto will not read it"
     elif args.output and _calibration.resolve(cpu, st.config.calibration) != written:
-        print("note: auto reads %s; set CLEARPAGES_CALIBRATION=%s to use this file"
-              % (_calibration.resolve(cpu, st.config.calibration), written), file=out)
+        note = "note: auto reads %s; set CLEARPAGES_CALIBRATION=%s to use this file" % (
+            _calibration.resolve(cpu, st.config.calibration), written)
     else:
-        print("auto uses it in new processes; in a running one call "
-              "clearpages.reload_config()", file=out)
+        note = "auto uses it in new processes; in a running one call " \
+               "clearpages.reload_config()"
+    _output.say(note, out)
     return 0
 
 
@@ -410,19 +429,38 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    info = sub.add_parser("info", help="the CPU, caches, features, methods, thresholds")
+    info = sub.add_parser(
+        "info", help="the CPU, caches, features, methods, thresholds",
+        description="What this machine has and what auto does on it: the CPU and its "
+                    "caches, the features found, the routines usable here (and why not "
+                    "where one is not), the thresholds in force with their evidence, what "
+                    "adaptive auto has learned, the calibration file and the CLEARPAGES_* "
+                    "variables set.")
     info.add_argument("--json", action="store_true", help="machine-readable output")
 
-    plan = sub.add_parser("plan", help="what auto does for SIZE bytes, and why")
+    plan = sub.add_parser(
+        "plan", help="what auto does for SIZE bytes, and why",
+        description="What clear() with method='auto' does for SIZE bytes: the routine, "
+                    "the threads, whether it is one call or a job, the reason and the "
+                    "evidence for each threshold the reason names.  With --count N, SIZE "
+                    "is the total of N pieces, as cp.plan(SIZE, count=N) and clear_many "
+                    "see it: the routine is chosen from the total.")
     plan.add_argument("size", type=_size_arg, metavar="SIZE",
-                      help="bytes: 4096, 64K, 64M, 1G")
+                      help="bytes in all: 4096, 64K, 64M, 1G")
     plan.add_argument("--count", type=_positive_arg, default=1, metavar="N",
-                      help="in N pieces (clear_many / clear_pages); default 1")
+                      help="SIZE in N pieces, as clear_many or clear_pages clears them "
+                           "(SIZE is the total, not each piece); default 1")
     plan.add_argument("--threads", type=_threads_arg, default=1,
                       help="a number (default 1, as clear()) or 'auto'")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
 
-    b = sub.add_parser("bench", help="every method and the usual alternatives, side by side")
+    b = sub.add_parser(
+        "bench", help="every method and the usual alternatives, side by side",
+        description="How fast every routine this machine runs, auto, the C library's "
+                    "memset behind ctypes (ctypes.memset) and numpy clear here, side by "
+                    "side, on warm and on cold buffers, one thread; then auto judged "
+                    "against its goals, and the zero scan.  --profile writes this "
+                    "machine's profile instead.")
     b.add_argument("--quick", action="store_true",
                    help="sizes %s, fewer repeats (well under a minute)"
                         % ",".join(_report.QUICK_SIZES))
@@ -459,8 +497,13 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)
 
-    c = sub.add_parser("calibrate", help="measure this machine's crossovers, write the "
-                                         "policy file auto reads")
+    c = sub.add_parser(
+        "calibrate", help="measure this machine's crossovers, write the policy file auto "
+                          "reads",
+        description="Measure every usable routine at sizes from a few hundred bytes to past "
+                    "the caches, warm and cold, and the thread counts; keep the thresholds "
+                    "that score best by the worse case, and write them where auto reads "
+                    "them (CLEARPAGES_CALIBRATION, or the cache directory).")
     c.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     c.add_argument("--output", metavar="PATH",
                    help="where to write (default: the file auto reads, in "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -25,14 +26,38 @@ def cache_line(cpu: CPU) -> str:
                      for k, v in (("L1d", cpu.l1d), ("L2", cpu.l2), ("L3", cpu.l3)))
 
 
+#: Every line the command line prints fits in this many columns.
+WIDTH = 100
+
+
+def say(text: str, out: TextIO, indent: str = "", hang: str = "  ") -> None:
+    """Print prose wrapped to WIDTH columns: the first line after indent,
+    the rest after indent + hang."""
+    print(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent + hang,
+                        break_long_words=False, break_on_hyphens=False), file=out)
+
+
 def table(rows: Sequence[Sequence[Any]], head: Sequence[str], out: TextIO,
           right: Sequence[int] = ()) -> None:
+    """Columns two spaces apart; a last column of prose that would pass
+    WIDTH wraps under itself."""
     cells = [[str(c) for c in head]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    start = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    last = max(WIDTH - start, 20)
+    if len(head) - 1 not in right:
+        widths[-1] = min(widths[-1], last)
     for n, r in enumerate(cells):
-        line = "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(r, widths)))
-        print(line.rstrip(), file=out)
+        lead = "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r[:-1], widths)))
+        if len(r) - 1 in right:
+            tail = [r[-1].rjust(widths[-1])]
+        else:
+            tail = textwrap.wrap(r[-1], last, break_long_words=False,
+                                 break_on_hyphens=False) or [""]
+        print(((lead + "  " if lead else "") + tail[0]).rstrip(), file=out)
+        for more in tail[1:]:
+            print(" " * start + more, file=out)
         if n == 0:
             print("  ".join("-" * w for w in widths), file=out)
 
@@ -101,18 +126,22 @@ def _by_size(results: Sequence[dict[str, Any]]) -> dict[int, dict[str, dict[str,
 
 def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     m = data["machine"]
-    print("clearpages bench on %s" % cpu_line(cpu), file=out)
-    print("caches %s; %s; THP %s; %s" % (cache_line(cpu), m["kernel"], m["thp"],
-                                          m["date"]), file=out)
+    say("clearpages bench on %s" % cpu_line(cpu), out)
+    say("caches %s; %s; THP %s; %s" % (cache_line(cpu), m["kernel"], m["thp"], m["date"]),
+        out)
     print("thresholds: %s" % data["thresholds"]["source"], file=out)
-    print("GB/s = 10^9 bytes/s at the median time of the repeats; x memset = median / "
-          "ctypes.memset's median in the same case.", file=out)
-    print("warm: the same buffer cleared back to back; cold: a different buffer each "
-          "call, walking a %s pool (-: the pool cannot make that size cold)."
-          % format_size(data["settings"].get("cold_pool", 0)), file=out)
-    print("score: the worse of the two ratios to the best candidate of each case "
-          "(what auto is judged by). Routines: %s; auto = clearpages.clear(view)."
-          % data["settings"].get("routines", "called directly"), file=out)
+    say("GB/s = 10^9 bytes/s at the median time of the repeats; x libc = median / the "
+        "median of libc (the C library's memset, called as the routines are) in the same "
+        "case; ctypes.memset is that memset behind ctypes' call, whose own cost is most of "
+        "a small clear's.", out)
+    say("warm: the same buffer cleared back to back; cold: a different buffer each call, "
+        "walking a %s pool (-: the pool cannot make that size cold)."
+        % format_size(data["settings"].get("cold_pool", 0)), out)
+    say("score: the worse of the two ratios to the best routine of each case, for every "
+        "row alike (what auto is judged by; above 1: faster than every routine). "
+        "note: plan marks the routine auto plans, best-warm and best-cold the fastest row "
+        "of that case. Routines: %s; auto = clearpages.clear(view)."
+        % data["settings"].get("routines", "called directly"), out)
     rows = []
     for size, names in _by_size(data["results"]).items():
         first = True
@@ -120,8 +149,9 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
             cell = []
             for sc in SCENARIOS:
                 r = cases.get(sc)
-                cell.append(("%.2f" % r["gbps_median"], "%.2f" % r["ratio_to_memset"]
-                             if r["ratio_to_memset"] else "n/a") if r else ("-", "-"))
+                ratio = r.get("ratio_to_libc") if r else None
+                cell.append(("%.2f" % r["gbps_median"], "%.2f" % ratio if ratio else "n/a")
+                            if r else ("-", "-"))
             any_r = next(iter(cases.values()))
             note = " ".join(x for x in (
                 "plan" if any_r["plan"] else "",
@@ -134,14 +164,16 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
                          note))
             first = False
     print(file=out)
-    table(rows, ("size", "method", "warm GB/s", "cold GB/s", "warm x memset",
-                 "cold x memset", "score", ""), out, right=(2, 3, 4, 5, 6))
+    table(rows, ("size", "method", "warm GB/s", "cold GB/s", "warm x libc",
+                 "cold x libc", "score", "note"), out, right=(2, 3, 4, 5, 6))
     goals = data.get("goals") or []
     if goals:
-        print("\nauto judged by its worse case (goals: within 10% of the best static "
-              "routine, never below memset or numpy.fill, 1.2x memset at 1-4x the L3; "
-              "noise: the interquartile range of auto's ratio to those, repeat by repeat, "
-              "at least 5%; a shortfall within it is '~', not a miss):", file=out)
+        print(file=out)
+        say("auto judged by its worse case, scored as above. Goals: within 10% of the best "
+            "static routine, never below the rival score, the best of libc, ctypes.memset "
+            "and numpy.fill, and 1.2x libc at 1-4x the L3. noise: the interquartile range "
+            "of auto's ratio to those, repeat by repeat, at least 5%; a shortfall within it "
+            "is '~', not a miss.", out)
 
         def f(x: float | None) -> str:
             return "-" if x is None else "%.2f" % x
@@ -151,17 +183,17 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
                 "%.0f%%" % (100 * g.get("noise", 0.05)),
                 shown[g.get("verdict", "ok" if g["ok"] else "MISSES")])
                for g in goals],
-              ("size", "auto score", "best routine", "its score", "memset/numpy score",
-               "x memset near L3", "noise", "goal"), out, right=(1, 3, 4, 5, 6))
+              ("size", "auto score", "best routine", "its score", "rival score",
+               "x libc at L3", "noise", "goal"), out, right=(1, 3, 4, 5, 6))
         verdicts = {g.get("verdict") for g in goals}
         if "noise" in verdicts:
-            print("~: short of a goal by less than the noise measured there; to tell, rerun "
-                  "with more samples (--repeat 31) when the machine is quieter", file=out)
+            say("~: short of a goal by less than the noise measured there; to tell, rerun "
+                "with more samples (--repeat 31) when the machine is quieter", out)
         if "MISSES" in verdicts:
-            print("MISSES: short beyond the noise; run `python -m clearpages calibrate` "
-                  "(auto then starts from this machine's own crossovers), bench again, "
-                  "and if a miss stays, report it with this table and "
-                  "`python -m clearpages info`", file=out)
+            say("MISSES: short beyond the noise; run `python -m clearpages calibrate` "
+                "(auto then starts from this machine's own crossovers), bench again, "
+                "and if a miss stays, report it with this table and "
+                "`python -m clearpages info`", out)
 
 
 def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:
@@ -188,7 +220,7 @@ def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:
             style: dict[str, Any] = {}
             if name == "auto":
                 style = {"linewidth": 2.5, "color": "black"}
-            elif name in ("memset", "numpy.fill", "numpy[...]=0"):
+            elif name in ("ctypes.memset", "numpy.fill", "numpy[...]=0"):
                 style = {"linestyle": "--"}
             (line,) = ax.plot(xs, [p[1] for p in pts], marker="o", markersize=3, label=name,
                               **style)
@@ -228,5 +260,5 @@ def print_replay(verdicts: Sequence[Any], label: str, out: TextIO) -> None:
             v.best, "%.2f" % v.best_score,
             "%.2f" % v.memset_score if v.memset_score is not None else "-",
             "ok" if v.ok else "MISSES") for v in verdicts],
-          ("size", "auto", "score", "best static", "score", "memset", "goal"), out,
+          ("size", "auto", "score", "best static", "score", "best rival", "goal"), out,
           right=(2, 4, 5))

@@ -122,6 +122,9 @@ class Plan:
     learned: str = ""
     """What adaptive auto has learned for this size and why it may run the
     other routine (empty from decide(), which describes the static choice)."""
+    evidence: tuple[str, ...] = ()
+    """Why each threshold the reason names is where it is ("nt_min 32 KiB:
+    1/32 of the 1 MiB L2: ..."), one line a threshold."""
     skips_untouched: bool = False
     """The clear first looks for pages never touched and leaves them alone
     (see UNTOUCHED_MIN); ``untouched`` says why or why not."""
@@ -386,78 +389,106 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
     return explain(th, d, nbytes, count, threads=threads, forced=forced, hot=hot)
 
 
+def _evidence(th: Thresholds, *fields: str) -> tuple[str, ...]:
+    """Why each threshold a reason names is where it is, one line each."""
+    out = []
+    for f in fields:
+        shown, why = _shown(th, f), th.reason(f)
+        out.append("%s: %s" % (f, why) if why.startswith(shown + ":")
+                   else "%s %s: %s" % (f, shown, why))
+    return tuple(out)
+
+
+def _shown(th: Thresholds, field: str) -> str:
+    v = getattr(th, field)
+    return format_size(v) if isinstance(v, int) and v < NEVER else str(v)
+
+
 def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
             threads: Threads = 1, forced: str | None = None,
             hot: tuple[int, int] | bool | None = None) -> Plan:
-    """The Plan of a decision: its figures, and the reason in words."""
+    """The Plan of a decision: its figures, the reason in one plain sentence
+    (the rule and the numbers), and the evidence for each threshold the
+    reason names (``Plan.evidence``, where the measurements are quoted)."""
     if hot is False:
         reason = ("CLEARPAGES_METHOD forces %s" % forced if forced is not None else
-                  "hot=False (not used soon): %s over all %s, never learned: streaming "
-                  "stores leave the cache to the program's other data"
+                  "hot=False says it is not used soon, so %s streams all %s and is never "
+                  "learned: streaming stores leave the cache to the program's other data"
                   % (d.method, format_size(nbytes)))
         return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
                     nbytes=nbytes, count=1)
     if hot is True:
-        limit = "at most %s hot (%s)" % (format_size(th.hot_max), th.reason("hot_max"))
+        evidence = _evidence(th, "hot_max")
         if forced is not None:
             reason = "CLEARPAGES_METHOD forces %s" % forced
         elif d.hot_nbytes >= nbytes:
             return Plan(method=d.hot_method or d.method, threads=1, chunk=d.unit, reason=(
-                "hot=True (all of it is used next): all %s with %s, ordinary stores that "
-                "leave it in the cache for the program's next reads; %s"
-                % (format_size(nbytes), d.hot_method, limit)), nbytes=nbytes, count=1,
-                hot_method=d.hot_method)
+                "hot=True says all of it is used next, so %s clears all %s with ordinary "
+                "stores that leave it in the cache for the program's next reads, as it is "
+                "at most the %s hot_max" % (d.hot_method, format_size(nbytes),
+                                            format_size(th.hot_max))),
+                nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
         else:
-            reason = ("hot=True (all of it is used next): the first %s with %s, then the "
-                      "last %s with %s, last, so it is in the cache for the program's "
-                      "next reads; %s" % (format_size(nbytes - d.hot_nbytes), d.method,
-                                          format_size(d.hot_nbytes), d.hot_method, limit))
+            reason = ("hot=True says all of it is used next, so %s clears the first %s and "
+                      "%s the last %s, last, so that the hot_max of %s is in the cache for "
+                      "the program's next reads" % (
+                          d.method, format_size(nbytes - d.hot_nbytes), d.hot_method,
+                          format_size(d.hot_nbytes), format_size(th.hot_max)))
         return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
-                    nbytes=nbytes, count=1, hot_method=d.hot_method)
+                    nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
     if hot is not None:
         hot_n = hot[1] - hot[0]
         if forced is not None:
             reason = "CLEARPAGES_METHOD forces %s for both parts" % forced
         else:
-            reason = ("the %s outside the hot range with %s (streaming: it is not "
-                      "read again soon), then the %s hot range last with %s (ordinary "
-                      "stores leave it in cache)" % (format_size(nbytes - hot_n), d.method,
-                                                     format_size(hot_n), d.hot_method))
+            reason = ("%s streams the %s outside the hot range, which is not read again "
+                      "soon, then %s clears the %s hot range last with ordinary stores that "
+                      "leave it in the cache" % (d.method, format_size(nbytes - hot_n),
+                                                 d.hot_method, format_size(hot_n)))
         return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
                     nbytes=nbytes, count=1, hot_method=d.hot_method,
                     **untouched_words(d, nbytes - hot_n))
     what = format_size(nbytes) if count == 1 else (
         "%s in %d pieces" % (format_size(nbytes), count))
     method = d.method
+    fields: tuple[str, ...] = ()
     if forced is not None:
         reason = "CLEARPAGES_METHOD forces %s" % forced
     elif th.streaming == th.temporal == "libc":
         # A portable build: memset on both sides of every threshold.
-        reason = "%s: %s" % (what, th.reason("temporal"))
+        reason = "%s is cleared by libc, the C library's memset, at every size" % what
+        fields = ("temporal",)
     elif method == th.long and nbytes >= th.nt_min and method != th.streaming:
-        reason = ("%s is at least %s a piece on one thread (%s): %s"
-                  % (what, format_size(th.long_min), th.reason("long_min"), method))
+        reason = ("%s is at least the long_min of %s a piece on one thread, so %s clears "
+                  "it in one call per extent" % (what, format_size(th.long_min), method))
+        fields = ("long_min",)
     elif method == th.streaming and nbytes >= th.nt_min:
-        reason = ("%s is at least the streaming threshold %s (%s): non-temporal "
+        reason = ("%s is at least the streaming threshold of %s, so %s: non-temporal "
                   "stores skip the read-for-ownership and keep the cache for other data"
-                  % (what, format_size(th.nt_min), th.reason("nt_min")))
+                  % (what, format_size(th.nt_min), method))
+        fields = ("nt_min", "streaming")
     elif method == "libc" and th.vector_max >= NEVER and nbytes < th.nt_min:
-        reason = "%s is below the streaming threshold %s (%s): memset (%s)" % (
-            what, format_size(th.nt_min), th.reason("nt_min"), th.reason("vector_max"))
+        reason = ("%s is below the streaming threshold of %s, so libc, the C library's "
+                  "memset" % (what, format_size(th.nt_min)))
+        fields = ("nt_min", "vector_max")
     elif method == "libc" and nbytes < th.nt_min:
-        reason = ("%s is below %s%s (%s): memset's vector stores start fastest"
-                  % (what, format_size(th.vector_max), " a piece" if count > 1 else "",
-                     th.reason("vector_max")))
+        reason = ("%s is below the vector_max of %s%s, so libc: memset's vector stores "
+                  "start fastest" % (what, format_size(th.vector_max),
+                                     " a piece" if count > 1 else ""))
+        fields = ("vector_max",)
     else:
-        reason = ("%s is below the streaming threshold %s (%s): ordinary stores, %s"
-                  % (what, format_size(th.nt_min), th.reason("nt_min"), th.reason("temporal")))
+        reason = ("%s is below the streaming threshold of %s, so %s clears it with "
+                  "ordinary stores" % (what, format_size(th.nt_min), method))
+        fields = ("nt_min", "temporal")
     if count > 1:
-        reason += "; chosen from the total, as one piece of work"
+        reason += ", chosen from the total as one piece of work"
     if d.threads > 1 and threads == "auto":
-        reason += "; %d threads from %s (thread threshold %s)" % (
-            d.threads, format_size(th.thread_min), th.reason("thread_min"))
+        reason += ", on %d threads from the thread_min of %s" % (
+            d.threads, format_size(th.thread_min))
+        fields += ("thread_min",)
     return Plan(method=method, threads=d.threads, chunk=d.unit, reason=reason,
-                nbytes=nbytes, count=count, **untouched_words(d, nbytes))
+                nbytes=nbytes, count=count, evidence=_evidence(th, *fields),
+                **untouched_words(d, nbytes))
 
 
 def untouched_words(d: Decision, work: int) -> dict[str, Any]:

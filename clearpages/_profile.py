@@ -21,7 +21,7 @@ import dataclasses
 import datetime
 import json
 import platform
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +61,16 @@ Table = Mapping[int, Mapping[str, Mapping[str, float]]]
 # ---- judging ------------------------------------------------------------------
 
 
-def scores(cases: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """{routine: worse ratio to the best of each scenario} for the routines
-    measured in every scenario of ``cases`` ({scenario: {routine: GB/s}})."""
+def scores(cases: Mapping[str, Mapping[str, float]],
+           against: Iterable[str] | None = None) -> dict[str, float]:
+    """{name: worse ratio to the best of each scenario} for the names
+    measured in every scenario of ``cases`` ({scenario: {name: GB/s}}).
+    against: the names the best is taken from (the routines, when auto and
+    the competitors are columns too); None: all of them."""
     names = set.intersection(*(set(row) for row in cases.values())) if cases else set()
-    best = {sc: max(row.values()) for sc, row in cases.items()}
+    among = None if against is None else set(against)
+    best = {sc: max([v for n, v in row.items() if among is None or n in among]
+                    or row.values()) for sc, row in cases.items()}
     return {n: min(cases[sc][n] / best[sc] if best[sc] > 0 else 0.0 for sc in cases)
             for n in sorted(names)}
 
@@ -199,12 +204,10 @@ def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
     ``memset_score`` is the best of libc's and the rivals' scores."""
     routines = {sc: {n: v for n, v in row.items() if n in ALL_METHODS}
                 for sc, row in cases.items()}
-    best_of = {sc: max(row.values()) for sc, row in routines.items()}
+    every = scores(cases, against=ALL_METHODS)
 
     def score(name: str) -> float | None:
-        if not all(name in row for row in cases.values()):
-            return None
-        return min(cases[sc][name] / best_of[sc] for sc in cases)
+        return every.get(name)
 
     best, best_score = best_static(routines)
     refs = [x for x in (score(n) for n in ("libc", *rivals)) if x is not None]

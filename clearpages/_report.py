@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _adapt, _calibrate, _calibration, _core, _cpu, _dispatch, _measure, _profile, _scan, _system
-from ._routines import ROUTINES
+from ._routines import ALL_METHODS, ROUTINES
 from ._units import format_size
 
 #: What each feature is for, as `info` shows it.
@@ -112,6 +112,12 @@ def info_data() -> dict[str, Any]:
     }
 
 
+#: The bench table's ratios are to the C library's memset as a routine
+#: (libc, always usable), not to ctypes.memset, whose per-call cost of the
+#: ctypes call would dominate them at small sizes.
+RATIO_REFERENCE = "libc"
+
+
 def cap_sizes(sizes: Sequence[int]) -> list[int]:
     """The sizes this machine's free memory can measure (at least the smallest)."""
     cap = _system.measurement_cap()
@@ -159,8 +165,8 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
         names = list(_measure.known_names())
     else:
         names = list(dict.fromkeys(names))
-        if _measure.MEMSET not in names:
-            names.append(_measure.MEMSET)       # the reference for the ratio
+        if RATIO_REFERENCE not in names:
+            names.append(RATIO_REFERENCE)       # the reference for the ratio
     cands = _measure.candidates(names, direct=direct)
 
     def tick(done: int, total: int, size: int) -> None:
@@ -187,13 +193,15 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                           "verdict": verdict})
         planned = _core.plan(size, threads=1).method
         medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
-        score = _profile.scores(medians)
+        # One rule for both tables: every row, auto and the competitors too,
+        # scored against the best routine of each case, as the goals are.
+        score = _profile.scores(medians, against=ALL_METHODS)
         for row in cases.values():
             best = max(row.values(), key=lambda m: m.median).name
-            ref = row[_measure.MEMSET].median
+            ref = row[RATIO_REFERENCE].median
             for m in row.values():
                 d = m.to_json()
-                d["ratio_to_memset"] = m.median / ref if ref else None
+                d["ratio_to_libc"] = m.median / ref if ref else None
                 d["plan"] = m.name == planned
                 d["best"] = m.name == best
                 d["score"] = score.get(m.name)

@@ -107,10 +107,12 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
 
 
 def report(data: dict[str, Any], out: TextIO) -> None:
-    print("\nzero scan (%s): is_zero against numpy's a.any() on a zero buffer, GB/s at "
-          "the median; warm: the same buffer again and again; cold: a different buffer "
-          "each call, walking a %s pool" % (data["scan"], format_size(data["cold_pool"])),
-          file=out)
+    from ._output import say
+
+    print(file=out)
+    say("zero scan (%s): is_zero against numpy's a.any() on a zero buffer, GB/s at the "
+        "median; warm: the same buffer again and again; cold: a different buffer each "
+        "call, walking a %s pool" % (data["scan"], format_size(data["cold_pool"])), out)
     if not data["numpy"]:
         print("(numpy is not installed: is_zero alone; pip install numpy to compare)",
               file=out)

@@ -1,0 +1,134 @@
+"""The command line reads as prose: lines within 100 columns, reasons that
+are one plain sentence, every command described, sizes said for what they are."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from test_cli import CAL_TINY, TINY
+
+import clearpages as cp
+from clearpages import _policy
+from clearpages.__main__ import main, parser
+
+WIDTH = 100
+
+
+def call(*args: str) -> str:
+    out = io.StringIO()
+    assert main(list(args), out=out) == 0
+    return out.getvalue()
+
+
+def too_wide(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if len(ln) > WIDTH]
+
+
+@pytest.mark.parametrize("args", [
+    ("info",),
+    ("plan", "4K"),
+    ("plan", "4K", "--count", "1000"),
+    ("plan", "1M"),
+    ("plan", "1G"),
+    ("plan", "64M", "--threads", "auto"),
+    ("bench", "--sizes", "4K,1M", *TINY),
+    ("bench", "--sizes", "4K", "--methods", "auto,libc", *TINY),
+])
+def test_every_line_fits_in_100_columns(args):
+    assert too_wide(call(*args)) == []
+
+
+def test_calibrate_fits_in_100_columns(tmp_path):
+    assert too_wide(call("calibrate", "--output", str(tmp_path / "p.json"), *CAL_TINY)) == []
+
+
+def test_tables_wrap_their_last_column_under_itself():
+    from clearpages._output import table
+
+    out = io.StringIO()
+    table([("a", "word " * 40)], ("name", "prose"), out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 3 and max(map(len, lines)) <= WIDTH
+    assert all(ln.startswith("      ") for ln in lines[3:])   # under the column
+
+
+def one_plain_sentence(text: str) -> str | None:
+    """Why text is not one plain sentence, or None."""
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth > 1:
+            return "parentheses nest"
+        if depth < 0:
+            return "a ')' without its '('"
+    if depth:
+        return "an unclosed '('"
+    if re.search(r"[.;!?]\s+\S", text):
+        return "more than one sentence"
+    return None
+
+
+SIZES = [0, 100, 4096, 64 << 10, 1 << 20, 8 << 20, 64 << 20, 1 << 30]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_reason_is_one_plain_sentence(n):
+    for kw in ({}, {"count": 1000}, {"threads": "auto"}, {"threads": 2}, {"hot": True},
+               {"hot": False}, {"hot": (0, n // 2)}):
+        if n == 0 and "hot" in kw and kw["hot"] not in (True, False):
+            continue
+        p = cp.plan(n, **kw)
+        why = one_plain_sentence(p.reason)
+        assert why is None, "%s: %s: %r" % (kw, why, p.reason)
+        assert p.evidence == tuple(p.evidence)
+
+
+def test_synthetic_cpus_reasons_too():
+    from test_policy import EMR_GUEST, ZEN3_GUEST, ZEN4
+    from test_cpu import ICE, MILAN, OLD
+
+    for cpu in (EMR_GUEST, ZEN3_GUEST, ZEN4, ICE, MILAN, OLD):
+        for built in (frozenset(cp.ALL_METHODS), frozenset({"libc"})):
+            th = _policy.default_thresholds(cpu, built)
+            for n in SIZES:
+                for count in (1, 512):
+                    for threads in (1, "auto"):
+                        p = _policy.decide(cpu, th, n, count, threads=threads)
+                        assert one_plain_sentence(p.reason) is None, p.reason
+
+
+def test_the_reasons_evidence_is_printed_by_plan():
+    out = call("plan", "4K")
+    for why in cp.plan(4096).evidence:
+        assert why.split(":")[0] in out
+    assert "because" in out
+
+
+def test_every_command_has_a_description():
+    sub = next(a for a in parser()._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert p.description and len(p.description) > 40, name
+    assert "caches" in sub.choices["info"].format_help()
+
+
+def test_plan_says_size_is_the_total():
+    out = call("plan", "4K", "--count", "1000")
+    assert "in 1000 pieces: SIZE is the total" in out
+    assert "SIZE is the total" in parser()._actions[-1].choices["plan"].format_help()
+
+
+def test_plan_says_one_call_for_a_small_clear_and_no_chunk():
+    out = call("plan", "4K")
+    assert "one call" in out and "chunk" not in out and "32 MiB" not in out.split("reason")[0]
+    big = call("plan", "1G")
+    assert "native job" in big
+
+
+def test_bench_names_ctypes_memset_and_heads_every_column():
+    out = call("bench", "--sizes", "4K", *TINY)
+    assert "ctypes.memset" in out and "x libc" in out
+    head = next(ln for ln in out.splitlines() if ln.startswith("size "))
+    assert head.split()[-1] == "note"
+    assert not re.search(r"^\s*memset\s", out, re.M)      # no bare "memset" row
