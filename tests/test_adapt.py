@@ -322,6 +322,39 @@ def test_settled_calls_are_mostly_untimed(learner):
     assert st.calls == 19_999 and st.period == 256 and st.timed == prog.timed - 1
 
 
+def test_the_settled_path_keeps_the_books(learner):
+    """The untimed calls of one buffer cleared back to back (handed out
+    without a lookup) count as lookups would: in the context's calls, and
+    on the clock that tells "cleared again soon", so that a buffer cleared
+    before more than reuse_bytes of them is not recent after them, and one
+    cleared before fewer is."""
+    n = 16 * KiB
+    learner(lo=16 * KiB, nt_min=32 * KiB, reuse=4 * MiB, sample_bytes=4 * MiB)
+    prog = Program()
+    a, b, c = 0x7F0000000000, 0x7D0000000000, 0x7C0000000000
+
+    def context(addr: int) -> int:
+        ticket = lib.cp_adapt_choose(n, ffi.cast("void *", addr))
+        assert ticket >= 0
+        if not ticket & UNTIMED:
+            lib.cp_adapt_record(n, ticket, 300)
+        return ticket >> 1 & 1
+
+    prog.step(n, b, WARM)
+    for _ in range(5000):           # 80 MiB of clears of a: b is long gone
+        prog.step(n, a, WARM)
+    assert prog.timed < 5000 * 0.1, prog.timed
+    st = ffi.new("struct cp_adapt_stat *")
+    assert lib.cp_adapt_stat(14, 1, st) == 1 and st.calls == 4999
+    assert context(b) == 0
+    assert context(a) == 1          # a is still recent: one clear of b between
+    assert context(c) == 0
+    for _ in range(100):            # 1.6 MiB of clears of a
+        prog.step(n, a, WARM)
+    assert context(c) == 1
+    assert lib.cp_adapt_stat(14, 1, st) == 1 and st.calls == 4999 + 1 + 100 + 1
+
+
 def test_every_call_is_timed_with_sampling_off(learner):
     learner(lo=16 * KiB, sample_bytes=0)
     prog = Program()

@@ -97,4 +97,41 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
 
 /* END CDEF */
 
+/*
+ * The settled path, inline where the calls are made.  Once the context of
+ * the buffer cleared last is settled, the learner hands its next untimed
+ * calls to this word: calls that clear the same n bytes at the same address
+ * again, back to back, take the arm it holds with two compares, a load, a
+ * decrement and a branch: no hash, no lock, no call.  Any other band call
+ * goes through cp_adapt_choose, which first puts the untimed calls run so
+ * far into the learner's books (the address table and the context's call
+ * count, as if each had been looked up) and takes the word back.  Read and
+ * written with relaxed atomics, without the lock; the calls that reach it
+ * hold the GIL.
+ */
+struct cp_adapt_fast {
+    uintptr_t addr;             /* the buffer's address; 0: no calls handed out */
+    size_t n;                   /* its length */
+    uint32_t left;              /* untimed calls still to run */
+    uint32_t set;               /* left as the learner set it */
+    int ticket;                 /* what each gets (CP_ADAPT_UNTIMED set) */
+};
+
+/* The learner's word (adapt.c); the binding reaches it through the API table. */
+extern struct cp_adapt_fast cp_adapt_fast_word;
+
+/* A ticket from the word, or -1: ask cp_adapt_choose.  Only for n in the
+ * band (the caller has checked). */
+static inline int cp_adapt_fast_take(struct cp_adapt_fast *f, size_t n, const void *addr)
+{
+    if (__atomic_load_n(&f->addr, __ATOMIC_RELAXED) != (uintptr_t)addr
+        || __atomic_load_n(&f->n, __ATOMIC_RELAXED) != n)
+        return -1;
+    uint32_t left = __atomic_load_n(&f->left, __ATOMIC_RELAXED);
+    if (!left)
+        return -1;
+    __atomic_store_n(&f->left, left - 1, __ATOMIC_RELAXED);
+    return __atomic_load_n(&f->ticket, __ATOMIC_RELAXED);
+}
+
 #endif

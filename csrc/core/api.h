@@ -23,7 +23,7 @@
 #include "untouched.h"
 
 #define CP_API_CAPSULE "clearpages._native._C_API"
-#define CP_API_VERSION 1
+#define CP_API_VERSION 2
 #define CP_API_ROUTINES 16      /* room for the routine table */
 
 #define CP_API_FUNCTIONS(X) \
@@ -50,6 +50,8 @@ struct cp_api {
 #define CP_API_FIELD(name) __typeof__(&cp_##name) name;
     CP_API_FUNCTIONS(CP_API_FIELD)
 #undef CP_API_FIELD
+    /* The learner's settled path, taken inline (adapt.h). */
+    struct cp_adapt_fast *adapt_fast;
 };
 
 #endif

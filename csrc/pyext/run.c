@@ -192,7 +192,9 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     idx = d.routine;
     int ticket = -1;
     if (d.adaptive) {
-        ticket = nat->adapt_choose(n, dst);
+        ticket = cp_adapt_fast_take(nat->adapt_fast, n, dst);
+        if (ticket < 0)
+            ticket = nat->adapt_choose(n, dst);
         if (ticket >= 0)
             idx = d.arms[ticket & CP_ADAPT_STREAMING];
     }

@@ -1,0 +1,96 @@
+"""What adaptation costs a warm clear of one buffer: the goal "the learner's
+timing costs at most 1% at 16 KiB".
+
+One buffer, warm, cleared back to back by ``cp.clear`` with adaptation on
+and off (``cp.set_adaptive``), in blocks of calls that alternate between
+the two in one process (the order of each pair swapped from pair to pair),
+so that a change of the machine's load lands on both alike.  The learner
+keeps what it learned while paused, so the "on" blocks see it settled, as a
+program that clears one buffer in a loop does: its sampled timing, its
+explorations and its per-call lookup are all inside them.  At sizes where
+the learner picks another routine than the static choice the ratio also
+holds the routines' difference; the script prints both choices.
+
+The timing loop is ``timeit``'s own (a bytecode loop calling the bound
+``clear(b)``): no lambda, no ctypes; its clock is the thread's CPU time, so
+that a block the scheduler took the CPU from in the middle (the others'
+work on a shared machine) is not charged for the wait.  Printed: the median time per call in
+each mode, the median and interquartile range of the per-pair ratio
+(on / off), and the ratio of the total times (which holds every exploration
+at its weight).
+
+    python bench/bench_adapt_cost.py [--size 16K] [--pairs 401] [--number 5000] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import clearpages as cp
+from clearpages._config import parse_size
+
+
+def quartiles(xs: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
+def run(n: int, pairs: int, number: int) -> dict[str, float]:
+    b = bytearray(n)
+    timer = timeit.Timer("clear(b)", timer=time.thread_time,
+                          globals={"clear": cp.clear, "b": b})
+    cp.set_adaptive(True)
+    timer.timeit(number=200000)         # the learner settles on this buffer
+    on: list[float] = []
+    off: list[float] = []
+    ratios: list[float] = []
+    for i in range(pairs):
+        got = {}
+        for mode in ((True, False) if i % 2 else (False, True)):
+            cp.set_adaptive(mode)
+            timer.timeit(number=1000)   # back in the cache, the mode's path warm
+            got[mode] = timer.timeit(number=number) / number * 1e9
+        on.append(got[True])
+        off.append(got[False])
+        ratios.append(got[True] / got[False])
+    cp.set_adaptive(True)
+    q1, q3 = quartiles(ratios)
+    return {"on": statistics.median(on), "off": statistics.median(off),
+            "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
+            "total": sum(on) / sum(off)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="16K")
+    ap.add_argument("--pairs", type=int, default=401)
+    ap.add_argument("--number", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+    n = parse_size(args.size)
+    info = cp.cpu()
+    cp.set_adaptive(False)
+    static = cp.plan(n, threads=1).method
+    cp.set_adaptive(True)
+    print("adaptation's cost, warm %s clears of one buffer, clear only; %s; Python %s"
+          % (args.size, info.brand or info.vendor, sys.version.split()[0]))
+    print("%d pairs of %d-call blocks, interleaved; static choice %s"
+          % (args.pairs, args.number, static))
+    for _ in range(args.repeat):
+        r = run(n, args.pairs, args.number)
+        print("on %.1f ns, off %.1f ns per call (medians); on/off %.4f [%.4f-%.4f], "
+              "total %.4f; learner runs %s"
+              % (r["on"], r["off"], r["ratio"], r["q1"], r["q3"], r["total"],
+                 cp.plan(n, threads=1).method))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
