@@ -397,3 +397,34 @@ def test_nonzero_pages_reads_only_touched_pages(lookup, page_size):
     assert got == np.flatnonzero(pad.reshape(-1, page_size).any(axis=1)).tolist()
     del a
     m.close()
+
+
+FORK_WHILE_CLEARING = r"""
+import os, threading, numpy as np, clearpages as cp
+stop = False
+def loop():
+    b = np.zeros(32 << 20, dtype=np.uint8)
+    while not stop:
+        b[::8 << 20] = 1
+        cp.clear(b)                     # looks for untouched pages, again and again
+t = threading.Thread(target=loop)
+t.start()
+codes = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        a = np.zeros(64 << 20, dtype=np.uint8)
+        a[::16 << 20] = 1
+        cp.clear(a)                     # the child's own look: nothing held from the parent
+        os._exit(0 if cp.is_zero(a) else 1)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+stop = True
+t.join()
+print(codes.count(0))
+"""
+
+
+def test_fork_while_another_thread_looks():
+    r = run_python(FORK_WHILE_CLEARING, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["20"]

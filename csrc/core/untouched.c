@@ -38,6 +38,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "clearpages.h"
 #include "untouched.h"
 
 /* Pages looked up before the whole check: the last, the middle and the
@@ -68,9 +69,11 @@ struct pm_scan_arg {
 #define PAGEMAP_PRESENT (1ull << 63)
 #define PAGEMAP_SWAPPED (1ull << 62)
 
-static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
-static int pagemap_fd = -1;
-static pid_t pagemap_pid;           /* a forked child must open its own */
+/* /proc/self/pagemap, opened once per process: (pid << 32) | (fd + 1), 0
+ * before.  One atomic word, no lock: a lock another thread held when the
+ * process forked would stay held in the child. */
+static _Atomic uint64_t pagemap_state;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int scan_ioctl = -1;  /* PAGEMAP_SCAN: -1 unknown, 0 no, 1 yes */
 static _Thread_local int last;
 
@@ -89,22 +92,38 @@ void cp_untouched_use_pagemap(int on)
     atomic_store(&scan_ioctl, on ? 0 : -1);
 }
 
-/* /proc/self/pagemap of this process, opened once per process. */
+/* In a forked child, at once: the inherited descriptor reads the parent's
+ * page tables.  (Nothing else can have closed it yet.) */
+static void forget_in_child(void)
+{
+    uint64_t s = atomic_exchange(&pagemap_state, 0);
+    if (s)
+        close((int)(uint32_t)s - 1);
+}
+
+static void register_atfork(void)
+{
+    cp_at_fork(NULL, NULL, forget_in_child);
+}
+
+/* This process's /proc/self/pagemap, -1 when it cannot be opened.  The pid
+ * is checked too, for a child made without the C library's fork (its
+ * inherited descriptor is then left alone, not trusted). */
 static int pagemap(void)
 {
-    pid_t pid = getpid();
-    pthread_mutex_lock(&fd_lock);
-    if (pagemap_fd >= 0 && pagemap_pid != pid) {
-        close(pagemap_fd);      /* inherited: it reads the parent's tables */
-        pagemap_fd = -1;
-    }
-    if (pagemap_fd < 0) {
-        pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        pagemap_pid = pid;
-    }
-    int fd = pagemap_fd;
-    pthread_mutex_unlock(&fd_lock);
-    return fd;
+    pthread_once(&atfork_once, register_atfork);
+    uint32_t pid = (uint32_t)getpid();
+    uint64_t cur = atomic_load(&pagemap_state);
+    if (cur && (uint32_t)(cur >> 32) == pid)
+        return (int)(uint32_t)cur - 1;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    uint64_t mine = (uint64_t)pid << 32 | (uint32_t)(fd + 1);
+    if (atomic_compare_exchange_strong(&pagemap_state, &cur, mine))
+        return fd;
+    close(fd);                  /* another thread opened it first */
+    return cur && (uint32_t)(cur >> 32) == pid ? (int)(uint32_t)cur - 1 : -1;
 }
 
 static uintptr_t page_size(void)
