@@ -413,12 +413,16 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
     return 0;
 }
 
-int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
+/* reading: for is_zero, which writes nothing, so a read-only tensor, a
+ * copy, and a torch tensor that requires grad are all taken. */
+static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int reading)
 {
     memset(v, 0, sizeof *v);
     if (dlpack_init() < 0)
         return -1;
     int torch = is_torch(obj);
+    if (reading)
+        direct_max = 0;
     if (!torch) {
         PyObject *m = PyObject_GetAttr((PyObject *)Py_TYPE(obj), s_dlpack);
         if (!m) {
@@ -427,7 +431,7 @@ int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
         }
         Py_DECREF(m);
     } else {
-        if (torch_refuses(obj))
+        if (!reading && torch_refuses(obj))
             return -1;
         int direct = torch_direct(obj, v, direct_max);
         if (direct) {
@@ -468,12 +472,12 @@ int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
                          m->version.major, m->version.minor);
             goto fail;
         }
-        if (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) {
+        if (!reading && (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY)) {
             set_refusal(obj, "the %s is read-only (its DLPack export says so); clearpages "
                         "only clears writable memory and left it unchanged%s", "");
             goto fail;
         }
-        if (m->flags & DLPACK_FLAG_BITMASK_IS_COPIED) {
+        if (!reading && (m->flags & DLPACK_FLAG_BITMASK_IS_COPIED)) {
             set_refusal(obj, "the %s exported a copy of its data (DLPack's IS_COPIED "
                         "flag), and clearing a copy would leave it unchanged%s", "");
             goto fail;
@@ -504,7 +508,7 @@ int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
     }
     if (tensor_extents(obj, t, v) < 0)
         goto release;
-    if (torch) {
+    if (torch && !reading) {
         Py_INCREF(obj);
         v->bump = obj;
     }
@@ -515,6 +519,16 @@ fail:
 release:
     dlpack_release(v);
     return -1;
+}
+
+int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
+{
+    return acquire(obj, v, direct_max, 0);
+}
+
+int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v)
+{
+    return acquire(obj, v, 0, 1);
 }
 
 int dlpack_written(struct dlpack_view *v)

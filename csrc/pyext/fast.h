@@ -182,6 +182,8 @@ struct dlpack_view {
  * direct_max: the size below which the clear keeps the GIL throughout (0:
  * it may not), where a torch tensor may be read without an export. */
 int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max);
+/* The same for reading (is_zero): read-only tensors and copies taken too. */
+int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v);
 /* After the write: bump a torch tensor's version counter. */
 int dlpack_written(struct dlpack_view *v);
 void dlpack_release(struct dlpack_view *v);

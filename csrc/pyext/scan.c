@@ -9,6 +9,8 @@
  * into one run.
  */
 
+#include <string.h>
+
 #include "fast.h"
 
 /* Scans of at least this many bytes release the GIL.  Below it the scan
@@ -79,8 +81,9 @@ static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError,
                  "clearpages.%s reads buffers (bytes, bytearray, memoryview, numpy "
-                 "array, mmap, array.array, ctypes array, Region), not %s",
-                 fn, Py_TYPE(buf)->tp_name);
+                 "array, mmap, array.array, ctypes array, Region)%s, not %s",
+                 fn, strcmp(fn, "is_zero") ? "" : " and tensors with __dlpack__ in CPU memory",
+                 Py_TYPE(buf)->tp_name);
     return -1;
 }
 
@@ -192,6 +195,37 @@ static int scan_strided(const Py_buffer *v, int threads)
     }
 }
 
+/* is_zero of an object with no buffer: a tensor through DLPack (dlpack.c,
+ * read-only ones too), else the pending TypeError stands. */
+static PyObject *is_zero_tensor(PyObject *buf, PyObject *threads)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    struct dlpack_view dv;
+    int got = dlpack_acquire_read(buf, &dv);
+    if (got == 0) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (got < 0)
+        return NULL;
+    int t = threads ? scan_threads(threads, dv.len) : 1, zero = -1;
+    if (t > 0) {
+        zero = 1;
+        if (!dv.nruns)
+            zero = scan_extent(dv.base, dv.len, t);
+        for (size_t i = 0; i < dv.nruns && zero == 1; i++)
+            zero = scan_extent(dv.addrs[i], dv.lens[i], t);
+    }
+    dlpack_release(&dv);
+    if (zero < 0)
+        return NULL;
+    return PyBool_FromLong(zero);
+}
+
 static const char *const is_zero_pos[] = {"buf"};
 
 PyObject *fast_is_zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -206,7 +240,7 @@ PyObject *fast_is_zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     Py_buffer view;
     if (scan_acquire(buf, &view, "is_zero") < 0)
-        return NULL;
+        return PyErr_ExceptionMatches(PyExc_TypeError) ? is_zero_tensor(buf, threads) : NULL;
     int t = threads ? scan_threads(threads, (size_t)view.len) : 1, zero = -1;
     if (t > 0)
         zero = view.strides && !PyBuffer_IsContiguous(&view, 'A')
