@@ -563,6 +563,10 @@ int dlpack_written(struct dlpack_view *v)
 
 void dlpack_release(struct dlpack_view *v)
 {
+    if (!v->capsule && !v->addrs && !v->lens) {     /* read without an export */
+        Py_CLEAR(v->bump);
+        return;
+    }
     /* The deleter may run Python code (the producer's), so keep any
      * pending exception across it. */
     PyObject *type, *value, *tb;

@@ -73,14 +73,14 @@ static PyObject *clear_tensor(PyObject *buf, struct dlpack_view *dv, int idx, in
     }
     /* Written, wholly or (interrupted) in part: autograd must know.  The
      * clear's own error (KeyboardInterrupt) wins over the bump's. */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    int bumped = dlpack_written(dv);
-    if (type) {
-        PyErr_Clear();
+    if (rc == 0) {
+        rc = dlpack_written(dv);
+    } else {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (dlpack_written(dv) < 0)
+            PyErr_Clear();
         PyErr_Restore(type, value, tb);
-    } else if (bumped < 0) {
-        rc = -1;
     }
     dlpack_release(dv);
     if (rc < 0)
