@@ -81,7 +81,7 @@ def enable(on: bool) -> None:
     lib.cp_adapt_enable(int(bool(on)))
 
 
-def arms(nbytes: int) -> tuple[str, str]:
+def roles(nbytes: int) -> tuple[str, str]:
     """(temporal, streaming): the routines the learner chooses between for
     nbytes, as the native policy says."""
     from . import _fast
@@ -98,7 +98,7 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
         if not lib.cp_adapt_stat(size_class, ctx, st):
             continue
         if names is None:
-            names = arms(1 << size_class)
+            names = roles(1 << size_class)
         gbps = {names[a]: 1.0 / st.ns_per_byte[a]
                 for a in (0, 1) if st.samples[a] and st.ns_per_byte[a] > 0}
         after = {names[a]: st.use_ns_per_byte[a] * 1024 for a in (0, 1)
@@ -123,9 +123,9 @@ def describe(th: Thresholds, d: Any, nbytes: int, enabled: bool, forced: Any) ->
     """plan()'s ``learned`` for a single clear: what adaptation does at nbytes
     (d: the native policy's decision, a _policy.Decision), and why."""
     if d.adaptive:
-        t, s = d.arms
+        t, s = d.roles
         size_class = nbytes.bit_length() - 1
-        got = learned(size_class, d.arms)
+        got = learned(size_class, d.roles)
         head = ("in the adaptive band %s-%s: single clears are timed (a sample of them "
                 "once settled) and run %s or %s, whichever cost this program less in its "
                 "own clears of %s-%s and what it did after them"

@@ -55,7 +55,7 @@ def adaptive() -> bool:
     """True when auto adapts to this program's clears (CLEARPAGES_ADAPT,
     set_adaptive), a band of sizes exists and CLEARPAGES_METHOD forces nothing."""
     st = _dispatch.state()
-    return st.adapt_lo < st.adapt_hi
+    return st.adapt_min < st.adapt_max
 
 
 # ---- the public calls (each one native function) --------------------------

@@ -320,7 +320,7 @@ def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
     p.thread_min = min(th.thread_min, NEVER)
     p.max_threads = th.max_threads
     p.cores = cpu.cores
-    p.adapt_lo, p.adapt_hi = adapt
+    p.adapt_min, p.adapt_max = adapt
     p.hot_max = min(th.hot_max, NEVER)
     p.untouched_min = UNTOUCHED_MIN
     return p
@@ -334,8 +334,8 @@ class Decision(NamedTuple):
     unit: int
     hot_method: str | None
     adaptive: bool
-    """The learner chooses between ``arms`` and the clear is timed."""
-    arms: tuple[str, str]
+    """The learner chooses between the two roles' routines and the clear is timed."""
+    roles: tuple[str, str]
     """The learner's (temporal, streaming) routines for this size."""
     hot_nbytes: int = 0
     """The hot range's length (with hot=True: the tail cleared hot)."""
@@ -370,7 +370,7 @@ def decision(policy: Any, nbytes: int, count: int = 1, threads: Threads = 1,
     return Decision(ROUTINES[out.routine].name, int(out.threads), int(out.unit),
                     ROUTINES[out.hot_routine].name if out.hot_routine >= 0 else None,
                     bool(out.adaptive),
-                    (ROUTINES[out.arms[0]].name, ROUTINES[out.arms[1]].name),
+                    (ROUTINES[out.roles[0]].name, ROUTINES[out.roles[1]].name),
                     int(out.hot_nbytes),
                     bool(out.skip_untouched))
 

@@ -541,7 +541,7 @@ def test_on_times_band_clears_on_every_path(config, monkeypatch):
     assert cp.adaptive()
     th = cp.thresholds()
     n = th.adapt_min
-    t, s = _adapt_arms(n)
+    t, s = _adapt_roles(n)
     buf = bytearray(b"\x01" * n)
     for _ in range(20):                         # the C fast path (CPython)
         cp.clear(buf)
@@ -562,9 +562,9 @@ def test_on_times_band_clears_on_every_path(config, monkeypatch):
         assert sum(calls for calls, _ in _stat(big)) == 3
 
 
-def _adapt_arms(n):
+def _adapt_roles(n):
     from clearpages import _adapt
-    return _adapt.arms(n)
+    return _adapt.roles(n)
 
 
 @needs_band
@@ -618,7 +618,7 @@ def test_plan_stays_the_static_choice(config):
     sim.warm(n, 100, cost=cost, addr=0x7F1234000000)
     after = cp.plan(n, threads=1)
     assert (after.method, after.reason) == (before.method, before.reason)
-    assert _adapt_arms(n)[1 - static] in after.learned.split("buffers cleared again soon: ")[1]
+    assert _adapt_roles(n)[1 - static] in after.learned.split("buffers cleared again soon: ")[1]
     assert "outside the adaptive band" in cp.plan(4096, threads=1).learned
     assert "only single clears" in cp.plan(n, count=4).learned
 

@@ -298,10 +298,10 @@ def test_adaptation_band_is_the_states(config):
     in none with CLEARPAGES_ADAPT=0."""
     config({})
     st, s = _dispatch.state(), _fast.settings()
-    assert (s["adapt_lo"], s["adapt_hi"]) == (st.adapt_lo, st.adapt_hi)
+    assert (s["adapt_min"], s["adapt_max"]) == (st.adapt_min, st.adapt_max)
     config({"CLEARPAGES_ADAPT": "0"})
     s = _fast.settings()
-    assert s["adapt"] == 0 and s["adapt_lo"] == s["adapt_hi"] == 0
+    assert s["adapt"] == 0 and s["adapt_min"] == s["adapt_max"] == 0
 
 
 # ---- the public API's types and exceptions --------------------------------------

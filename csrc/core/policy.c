@@ -67,8 +67,8 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         count = 1;
     /* The learner's two routines for this size: what the static policy
      * runs below nt_min, and the streaming one. */
-    out->arms[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->small : p->temporal;
-    out->arms[CP_ADAPT_STREAMING] = p->streaming;
+    out->roles[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->small : p->temporal;
+    out->roles[CP_ADAPT_STREAMING] = p->streaming;
     out->adaptive = 0;
     out->hot_routine = CP_POLICY_NONE;
     out->hot_nbytes = 0;
@@ -117,5 +117,5 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
     /* Only single clears on one thread are timed: a job's time is not one
      * routine's. */
     out->adaptive = method == CP_POLICY_AUTO && p->forced < 0 && count == 1
-        && out->threads == 1 && nbytes >= p->adapt_lo && nbytes < p->adapt_hi;
+        && out->threads == 1 && nbytes >= p->adapt_min && nbytes < p->adapt_max;
 }

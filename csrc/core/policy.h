@@ -44,7 +44,8 @@ struct cp_policy {
     size_t thread_min;          /* threads="auto": one thread below this */
     int max_threads;            /* the thresholds' cap, 0: none */
     int cores;                  /* CPUs this process may run on */
-    size_t adapt_lo, adapt_hi;  /* single auto clears lo <= n < hi ask the learner */
+    size_t adapt_min, adapt_max;    /* the adaptive band: single auto clears of
+                                       adapt_min <= n < adapt_max ask the learner */
     size_t hot_max;             /* hot=True: at most this tail is cleared hot */
     size_t untouched_min;       /* work of this much looks for untouched pages; 0: never */
 };
@@ -56,7 +57,7 @@ struct cp_decision {
     int hot_routine;            /* the hot range's routine, CP_POLICY_NONE without one */
     size_t hot_nbytes;          /* the hot range's length (hot=True: the tail's) */
     int adaptive;               /* 1: the learner chooses and the clear is timed */
-    int arms[2];                /* the learner's routines: [CP_ADAPT_TEMPORAL],
+    int roles[2];               /* each role's routine, for the learner: [CP_ADAPT_TEMPORAL],
                                    [CP_ADAPT_STREAMING] */
     int skip_untouched;         /* 1: the pages never touched are dropped first */
 };

@@ -185,8 +185,8 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
     return Py_BuildValue("(OinOO(OO)nO)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
                          d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
-                         cfg.r[d.arms[CP_ADAPT_TEMPORAL]].name,
-                         cfg.r[d.arms[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
+                         cfg.r[d.roles[CP_ADAPT_TEMPORAL]].name,
+                         cfg.r[d.roles[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
                          d.skip_untouched ? Py_True : Py_False);
 }
 
@@ -203,9 +203,9 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
                          "unit", (unsigned long long)p->unit,
                          "gil_min", (unsigned long long)cfg.gil_min,
                          "slice_ns", (unsigned long long)cfg.slice_ns,
-                         "adapt", p->adapt_lo < p->adapt_hi,
-                         "adapt_lo", (unsigned long long)p->adapt_lo,
-                         "adapt_hi", (unsigned long long)p->adapt_hi,
+                         "adapt", p->adapt_min < p->adapt_max,
+                         "adapt_min", (unsigned long long)p->adapt_min,
+                         "adapt_max", (unsigned long long)p->adapt_max,
                          "untouched_min", (unsigned long long)p->untouched_min);
 }
 

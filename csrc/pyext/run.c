@@ -196,7 +196,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
         if (ticket < 0)
             ticket = nat->adapt_choose(n, dst);
         if (ticket >= 0)
-            idx = d.arms[ticket & CP_ADAPT_STREAMING];
+            idx = d.roles[ticket & CP_ADAPT_STREAMING];
     }
     int timed = ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED);
     uint64_t t0 = timed ? nat->adapt_now_ns() : 0;
