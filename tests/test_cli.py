@@ -343,3 +343,17 @@ def test_console_script_entry_point():
     assert callable(m.main)
     text = (ROOT / "pyproject.toml").read_text()
     assert 'clearpages = "clearpages.__main__:main"' in text
+
+
+def test_calibrate_writes_the_file_calibration_names(tmp_path):
+    """CLEARPAGES_CALIBRATION naming a file not yet written is an error for
+    every command but calibrate, which writes it there."""
+    path = tmp_path / "mine.json"
+    env = {"CLEARPAGES_CALIBRATION": str(path)}
+    r = run_cli("info", env=env)
+    assert r.returncode == 2 and "CLEARPAGES_CALIBRATION=%s names no file" % path in r.stderr
+    r = run_cli("calibrate", *CAL_TINY, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "wrote %s" % path in r.stdout and path.exists()
+    r = run_cli("plan", "4K", env=env)
+    assert "thresholds from: calibration: %s" % path in r.stdout
