@@ -65,7 +65,9 @@
  * invariant TSC under a hypervisor or across CPUs.  A 16 KiB clear lasts
  * ~0.3 us, so once a context is *settled* (its arm confirmed by an
  * exploration, no burst or refill under way) only one call in
- * max(1, sample_bytes / n) is timed, with the call after it (which closes
+ * max(1, sample_bytes / n) is timed (more where clears are so short that
+ * a timed pair's own ~0.5 us would weigh more than SAMPLE_SHARE: at 16 KiB
+ * one in ~1,050), with the call after it (which closes
  * its cycle); the calls between take neither the clock nor the lock, only
  * the address table and two counters.  Explorations are always timed.
  * Where those calls clear the buffer just cleared, back to back (a loop
@@ -84,7 +86,17 @@
 #include "adapt.h"
 #include "inject.h"
 
-enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 512, SAMPLE_GAP = 16 };
+enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 512, SAMPLE_GAP = 16,
+       STRETCH_MAX = 4096 };
+
+/* What a timed pair costs whatever the size: four clock reads through the
+ * vDSO (~40-50 ns each on a KVM guest), the lock twice and the books; a
+ * timed call measured ~250 ns more than an untimed one on a Zen 4 guest.
+ * Where the clears are short the settled period stretches so that the
+ * pairs stay within SAMPLE_SHARE of the time spent clearing: at 16 KiB
+ * (~0.19 us a clear there) about 1,050 calls instead of 512. */
+#define PAIR_NS 500.0
+#define SAMPLE_SHARE 0.0025
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
@@ -133,6 +145,7 @@ struct ctx_state {
     double ramp_x;
     uint64_t timed;
     uint32_t period;            /* one timed sample in this many calls, settled */
+    uint32_t stretch;           /* the period in effect: longer where clears are short */
     double use_ref;             /* the current arm's use when last confirmed; < 0: none */
     /* Read and written without the lock (relaxed atomics): */
     uint32_t quiet_left;        /* untimed calls still to run on `cur` */
@@ -394,20 +407,23 @@ static void drain_quiet(struct ctx_state *s)
  * the buffer just cleared, again (its next clear back to back falls in
  * this same context, and no cycle waits for it), they are handed to the
  * fast word; else the context counts them down itself, after the lookup. */
-static void maybe_quiet(struct ctx_state *s, int cls, int ctx)
+static void maybe_quiet(struct ctx_state *s, size_t n, int cls, int ctx)
 {
     if (!is_settled(s))
         return;
-    uint32_t quiet = s->period - 2;
+    double call = s->arm[s->cur].est * (double)n;
+    double want = call > 0 ? PAIR_NS / (SAMPLE_SHARE * call) : 0;
+    s->stretch = want <= s->period ? s->period : want >= STRETCH_MAX ? STRETCH_MAX
+                 : (uint32_t)want;
+    uint32_t quiet = s->stretch - 2;
     uint32_t due = s->gap > s->since + 2 ? s->gap - s->since - 2 : 0;
     if (due < quiet)
         quiet = due;
     if (!quiet)
         return;
     size_t reuse = params.reuse_bytes;
-    size_t n = LOAD(last.n);
     uintptr_t a = LOAD(last.addr);
-    if (a && n && size_class(n) == cls && LOAD(last.ctx) == ctx
+    if (a && LOAD(last.n) == n && LOAD(last.ctx) == ctx
         && ctx == (reuse && n <= reuse) && !LOAD(cycle.on)) {
         struct cp_adapt_fast *f = &cp_adapt_fast_word;
         flush_fast();
@@ -743,7 +759,7 @@ static void record(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns, int
         cycle = (struct cycle){0, cls, ctx, arm, mine, n, end_ns, x};
         STORE(cycle.on, 1);
     }
-    maybe_quiet(s, cls, ctx);
+    maybe_quiet(s, n, cls, ctx);
     pthread_mutex_unlock(&lock);
 }
 
@@ -784,7 +800,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         out->switches = s->switches;
         out->gap = s->gap;
         out->timed = s->timed;
-        out->period = s->period;
+        out->period = s->stretch > s->period ? s->stretch : s->period;
         out->confirmed = s->confirmed;
         for (int i = 0; i < 2; i++)
             out->use_ns_per_byte[i] = s->arm[i].nuse ? s->arm[i].use_est : 0.0;

@@ -48,7 +48,8 @@ struct cp_adapt_params {
     uint32_t stale_calls;       /* an arm unseen this long is re-measured, not averaged */
     uint32_t explore_burst;     /* calls per exploration, the last one timed (>= 2) */
     size_t sample_bytes;        /* once settled, one call in max(1, sample_bytes / n)
-                                   is timed (with the call after it); 0: every call */
+                                   is timed (with the call after it), more
+                                   where clears are short; 0: every call */
     uint32_t use_factor;        /* the program's time between two clears of a kind
                                    counts up to this many times the clear's own */
 };
