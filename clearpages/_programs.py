@@ -33,7 +33,9 @@ which are shown beside auto but are never the best they are compared with.
 
 Timing: in each round every candidate runs, in an order rotated from round
 to round, some untimed steps (so that the buffer, and adaptive auto, are in
-the state that candidate leaves them in) and then a block of timed steps;
+the state that candidate leaves them in) and then a block of timed steps
+(at least ``MIN_BLOCK`` of each, however long a step: the steady state of a
+program that repeats its step, not its first steps after another program);
 a candidate's figure is the median of its blocks.  The best candidate
 is the one with the lowest median; auto's *ratio* is the median over rounds
 of the best candidate's block time over auto's block time in the same round
@@ -66,6 +68,17 @@ ROW = 4 * KiB
 """pad's rows: half of each is written after the clear."""
 SCATTER_PER_PAGE = 8
 """scratch's writes: this many 8-byte words per 4 KiB page, at random."""
+
+MIN_BLOCK = 8
+"""Steps per timed block, and untimed steps before it, at least, however
+long a step: a block is the program's steady state, not the first steps
+after the candidate before it left the buffer out of the cache (a 16 MiB
+step lasts about a millisecond, so a 0.5 ms target alone gave one untimed
+step and one timed step per round).  Adaptive auto also sees each round's
+start as a long pause in the program (the other candidates' rounds), and
+counts it, up to its cap, as what the program spent after a clear; with one
+such pause in 16 steps the median of its latest samples passes it by, as it
+does the rare long pause of a real program."""
 
 SIZES = tuple(s * KiB for s in (16, 64, 256)) + tuple(s * MiB for s in (1, 4, 16, 64))
 QUICK_SIZES = (64 * KiB, 1 * MiB, 16 * MiB)
@@ -308,8 +321,8 @@ def _measure_steps(steps: dict[str, Callable[..., None]], take: Callable[[int], 
             for s in take(learn):
                 steps[name](s)
     probe = min(_time_block(steps[n], take(1)) for n in names[:3])
-    k = max(1, min(100_000, int(target_s / max(probe, 1e-9))))
-    untimed = max(1, min(k, 16))
+    k = max(MIN_BLOCK, min(100_000, int(target_s / max(probe, 1e-9))))
+    untimed = min(k, 16)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         shift = r % len(names)
