@@ -26,10 +26,11 @@ from ._units import KiB, MiB, format_size
 #: unit for memory not yet faulted in (which clears 50-100 times slower).
 #: Otherwise units are sized by time, to end by the slice deadline, so a long
 #: extent reaches the routine in as few calls as the slice allows (rep stosb
-#: on AMD streams only for long lengths).  Work of at most one chunk on one
-#: thread is a single direct call.  Linux clears huge pages in 32 MiB chunks
+#: on AMD streams only for long lengths).  Work of at most one unit on one
+#: thread is a single direct call (Thresholds.chunk and Plan.chunk keep the
+#: public name).  Linux clears huge pages in 32 MiB chunks
 #: between rescheduling points: cold, 32 MiB is ~80 ms at 0.4 GB/s.
-DEFAULT_CHUNK = 32 * MiB
+DEFAULT_UNIT = 32 * MiB
 
 #: glibc's rep_stosb_threshold (2.32+): below 2 KiB the start-up cost of
 #: rep stosb loses to vector stores, which memset uses.
@@ -84,7 +85,7 @@ class Thresholds:
     """At or above this many bytes a piece, on one thread: ``long``."""
     long: str = ""
     """The routine for very long extents ('' = streaming)."""
-    chunk: int = DEFAULT_CHUNK
+    chunk: int = DEFAULT_UNIT
     thread_min: int = DEFAULT_THREAD_MIN
     max_threads: int = 0
     """0: as many as the process may run on."""

@@ -40,7 +40,7 @@ struct cp_policy {
     int forced;                 /* CLEARPAGES_METHOD, for every size */
     uint32_t temporal_set;      /* bit i: routine i uses ordinary stores */
     size_t vector_max, nt_min, long_min;
-    size_t unit;                /* the unit of work on one thread (see DEFAULT_CHUNK) */
+    size_t unit;                /* the unit of work on one thread (see DEFAULT_UNIT) */
     size_t thread_min;          /* threads="auto": one thread below this */
     int max_threads;            /* the thresholds' cap, 0: none */
     int cores;                  /* CPUs this process may run on */

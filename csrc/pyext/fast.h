@@ -129,7 +129,7 @@ int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
 int call_debug_hook(const char *where, PyObject *routine, size_t n);
 struct routine routine_take(int idx);
 void routine_drop(struct routine *r);
-int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total);
+int run_job(struct cp_job *job, int idx, int threads, size_t unit, size_t total);
 int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
 int clear_whole(char *base, size_t n, int idx, int threads, int word);

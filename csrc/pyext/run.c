@@ -43,10 +43,10 @@ void routine_drop(struct routine *r)
 /* Run a job to the end in slices; between slices, with the GIL, signal
  * handlers run and may raise (then the job stops: the caller frees it and
  * releases its buffers).  Small jobs keep the GIL. */
-static int run_job_with(struct cp_job *job, const struct routine *r, int threads, size_t chunk,
+static int run_job_with(struct cp_job *job, const struct routine *r, int threads, size_t unit,
                         size_t total)
 {
-    if (nat->job_configure(job, r->job_fn, chunk, threads, r->fence) != 0) {
+    if (nat->job_configure(job, r->job_fn, unit, threads, r->fence) != 0) {
         PyErr_Format(PyExc_ValueError, "bad job configuration: %U, %d threads",
                      r->name, threads);
         return -1;
@@ -88,10 +88,10 @@ static int run_job_with(struct cp_job *job, const struct routine *r, int threads
     }
 }
 
-int run_job(struct cp_job *job, int idx, int threads, size_t chunk, size_t total)
+int run_job(struct cp_job *job, int idx, int threads, size_t unit, size_t total)
 {
     struct routine r = routine_take(idx);
-    int rc = run_job_with(job, &r, threads, chunk, total);
+    int rc = run_job_with(job, &r, threads, unit, total);
     routine_drop(&r);
     return rc;
 }
