@@ -155,8 +155,12 @@ for n in lengths:
         assert lib.cp_scan_is_zero(v, ffi.cast("char *", end - off - n), n, 1) == 1
         assert lib.cp_scan_is_zero(v, ffi.cast("char *", start + off), n, 1) == 1
 out = ffi.new("int64_t[]", 8)
-for ps in (1, 7, 64, page):
+for ps in (1, 7, 64, 256, 768, page):
     assert lib.cp_scan_nonzero_pages(v, ffi.cast("char *", start), 2 * page, ps, out, 1) == 0
+    for off in (1, 31, 255):
+        # whole pages of the tight loop ending at the unmapped page, a partial one first
+        assert lib.cp_scan_nonzero_pages(v, ffi.cast("char *", start + off), 2 * page - off,
+                                         ps, out, 1) == 0
 print("ok")
 """
 
@@ -197,6 +201,65 @@ def test_nonzero_pages_matches_numpy(variant):
             k = lib.cp_scan_nonzero_pages(variant, ffi.cast("char *", a.ctypes.data), n, ps,
                                           out, threads)
             assert list(out[0:k]) == list(want), (n, ps, threads)
+
+
+def test_whole_pages_of_the_tight_loop_at_every_offset(variant):
+    """Page sizes that are multiples of 256 bytes take one tight loop over the
+    whole pages (one test per page): every offset 0..63, a nonzero byte at
+    every place of a page (sampled in larger pages), a partial last page,
+    guard bytes around, and threads that split the pages."""
+    rng = random.Random(19)
+    for ps in (256, 512, 768, 4096, 8192):
+        npages = 5
+        places = range(ps) if ps <= 512 else sorted(set(rng.sample(range(ps), 64)) | {0, ps - 1})
+        for tail in (0, 1, ps - 1):
+            n = npages * ps + tail
+            whole, pad, _ = _guarded(n + 64)
+            base = whole.__array_interface__["data"][0] + pad
+            total = npages + (tail != 0)
+            out = ffi.new("int64_t[]", total)
+            for off in range(64):
+                whole[:] = GUARD
+                buf = whole[pad + off:pad + off + n]
+                buf[:] = 0
+                c = ffi.cast("char *", base + off)
+                assert lib.cp_scan_nonzero_pages(variant, c, n, ps, out, 1) == 0, (ps, n, off)
+                for at in (places if off in (0, 1, 33) else (0, ps - 1, ps // 2)):
+                    for page in (0, 3):
+                        buf[page * ps + at] = 1
+                        k = lib.cp_scan_nonzero_pages(variant, c, n, ps, out, 1)
+                        assert list(out[0:k]) == [page], (ps, n, off, at, page)
+                        buf[page * ps + at] = 0
+                if tail:
+                    buf[n - 1] = 1
+                    k = lib.cp_scan_nonzero_pages(variant, c, n, ps, out, 1)
+                    assert list(out[0:k]) == [npages], (ps, n, off)
+                    buf[n - 1] = 0
+                assert whole[pad + off - 1] == whole[pad + off + n] == GUARD
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_nonzero_pages_with_threads_gives_the_same_indices(variant, threads):
+    """Split between threads (shares of at least 4 MiB), on page sizes the
+    tight loop takes and ones it does not, at an offset, with guard bytes."""
+    rng = np.random.default_rng(threads)
+    for ps, n in ((4096, 40 * MiB + 123), (256, 12 * MiB + 7), (65536, 33 * MiB), (1000, 9 * MiB)):
+        whole, pad, _ = _guarded(n + 64)
+        buf = whole[pad + 5:pad + 5 + n]
+        buf[:] = 0
+        buf[rng.integers(0, n, size=200)] = 1
+        buf[[0, n - 1]] = 3
+        npages = -(-n // ps)
+        padded = np.zeros(npages * ps, dtype=np.uint8)
+        padded[:n] = buf
+        want = list(np.flatnonzero(padded.reshape(-1, ps).any(axis=1)))
+        out = ffi.new("int64_t[]", npages)
+        c = ffi.cast("char *", buf.ctypes.data)
+        for t in (1, threads):
+            k = lib.cp_scan_nonzero_pages(variant, c, n, ps, out, t)
+            assert list(out[0:k]) == want, (ps, n, t)
+        assert list(cp.nonzero_pages(buf, ps, threads=threads)) == want
+        assert list(cp.nonzero_pages(buf, ps, threads="auto")) == want
 
 
 # ---- the public calls --------------------------------------------------------
