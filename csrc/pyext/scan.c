@@ -114,6 +114,11 @@ static int scan_extent(const char *p, size_t n, int threads)
  * first, so that a nonzero one still answers at once. */
 static int scan_contiguous(const char *p, size_t n, int threads)
 {
+    /* Below the policy's minimum for the look (its decision would say no)
+     * the scan runs at once: at 64 KiB in cache the decision would be a
+     * tenth of the call. */
+    if (!cfg.policy.untouched_min || n < cfg.policy.untouched_min)
+        return scan_extent(p, n, threads);
     struct cp_decision d;
     decide(n, 1, AUTO, 1, 0, 0, &d);
     if (!d.skip_untouched)
@@ -289,6 +294,8 @@ static int nonzero_pages_touched(const char *base, size_t n, size_t psize, int t
 {
     size_t npages = n / psize + (n % psize != 0);
     struct cp_decision d;
+    if (!cfg.policy.untouched_min || n < cfg.policy.untouched_min)
+        return scan_pages(base, n, psize, 0, npages, t, out, found);
     decide(n, 1, AUTO, 1, 0, 0, &d);
     if (!d.skip_untouched)
         return scan_pages(base, n, psize, 0, npages, t, out, found);
