@@ -20,6 +20,7 @@ Goals (a benchmark, never a timed test; the summary names the CPU):
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 
@@ -99,9 +100,11 @@ PAGES = [pytest.param(256 * MiB, id="quick-256MiB"),
          pytest.param(GiB, id="1GiB", marks=_common.slow_marks(GiB))]
 
 
-@pytest.mark.parametrize("variant", ["nonzero_pages", "numpy"])
+@pytest.mark.parametrize("variant", ["nonzero_pages", "nonzero_pages_threads_auto", "numpy"])
 @pytest.mark.parametrize("n", PAGES)
 def test_dirty_pages(benchmark, n, variant):
+    """nonzero_pages with its default threads=1, and with threads="auto" (the
+    threads a clear of that size gets, which the summary names)."""
     benchmark.group = "dirty pages %s, 1%% of 4 KiB pages" % _common.fmt_size(n)
     a = _zeros(n, "pages")
     rng = np.random.default_rng(19)
@@ -109,6 +112,8 @@ def test_dirty_pages(benchmark, n, variant):
     a[dirty * PAGE + rng.integers(0, PAGE, size=dirty.size)] = 1
     if variant == "nonzero_pages":
         fn = lambda: cp.nonzero_pages(a)
+    elif variant == "nonzero_pages_threads_auto":
+        fn = lambda: cp.nonzero_pages(a, threads="auto")
     else:
         fn = lambda: np.flatnonzero(a.reshape(-1, PAGE).any(axis=1))
     assert np.array_equal(np.asarray(fn()), dirty)
@@ -199,6 +204,11 @@ def test_look_cost(benchmark, n):
         "no look median us": round(statistics.median(times[False]) / 1e3, 1)})
 
 
+def _auto_threads(n: int) -> int:
+    """The threads threads="auto" gives a scan of n bytes (as a clear of n)."""
+    return _fast.decide(n, 1, "auto")[1]
+
+
 @_common.summary_of(SUITE)
 def _summary(res):
     def g(label, v, key="median"):
@@ -222,10 +232,18 @@ def _summary(res):
                      "< 5 us: %s" % ("ok" if fz < 5e-6 else "MISS"), ""])
     for label in sorted({lab for lab, _ in res if lab.startswith("dirty")}):
         z, nump = g(label, "nonzero_pages"), g(label, "numpy")
-        rows.append(["nonzero_pages %s" % label[len("dirty pages "):],
+        t = g(label, "nonzero_pages_threads_auto")
+        size = label[len("dirty pages "):]
+        nt = _auto_threads(_common.size_arg(size))
+        rows.append(["nonzero_pages %s, threads=1" % size,
                      "%.1f ms" % (z * 1e3) if z else "-",
                      "%.1f ms" % (nump * 1e3) if nump else "-", ratio(nump, z),
                      ">= 3x: %s" % ("ok" if z and nump and nump / z >= 3 else "MISS"), ""])
+        rows.append(["nonzero_pages %s, threads=auto (%d)" % (size, nt),
+                     "%.1f ms" % (t * 1e3) if t else "-",
+                     "%.1f ms" % (nump * 1e3) if nump else "-", ratio(nump, t),
+                     ">= 3x: %s" % ("ok" if t and nump and nump / t >= 3 else "MISS"),
+                     "%d threads on %d CPUs" % (nt, os.cpu_count() or 0)])
     for label in sorted({lab for lab, _ in res if lab.startswith("sparse")}):
         c, f = g(label, "clear"), g(label, "numpy_fill")
         grown = (res.get((label, "clear")) or {}).get("grown")
