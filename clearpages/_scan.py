@@ -57,7 +57,9 @@ if TYPE_CHECKING:
     def nonzero_pages(buf: Any, page_size: int | str | None = None, *,
                       threads: int | str = 1) -> array.array[int]:
         """Indices of the pages of buf that hold a nonzero byte (page_size:
-        4096, or a Region's own page size, as clear_pages counts pages)."""
+        4096, or a Region's own page size, as clear_pages counts pages).
+        threads=1 by default, as is_zero and clear; "auto" takes the threads
+        a clear of that size gets."""
 else:
     from . import _fast
 
