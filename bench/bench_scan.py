@@ -44,7 +44,7 @@ def resident() -> int:
 _arrays: dict = {}
 
 
-def _zeros(n: int, tag: str = "") -> "np.ndarray":
+def _zeros(n: int, tag: str = "") -> np.ndarray:
     """A resident zero array of n bytes, kept for the cases of its size."""
     key = (n, tag)
     if key not in _arrays:

@@ -14,7 +14,7 @@ from . import _fast  # noqa: F401
 from ._config import ConfigError
 
 try:
-    from . import _dispatch  # reads the CLEARPAGES_* variables
+    from . import _dispatch  # noqa: F401  (reads the CLEARPAGES_* variables)
 except ConfigError as _e:
     from ._errors import print_alone_if_uncaught
 

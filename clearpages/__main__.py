@@ -174,7 +174,8 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         _output.dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
                     "kind": "temporal" if r.temporal else "streaming",
                     "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
-                    "evidence": list(p.evidence), "learned": p.learned, "skips_untouched": p.skips_untouched,
+                    "evidence": list(p.evidence), "learned": p.learned,
+                    "skips_untouched": p.skips_untouched,
                     "untouched": p.untouched,
                     "thresholds_source": _core.thresholds().source,
                     "cpu": _calibration.identity(cpu)}, "-", out)
@@ -236,7 +237,7 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         sizes = _report.cap_sizes([_units.parse_size(s) for s in
                                    (_report.QUICK_SIZES if args.quick else _report.FULL_SIZES)])
     if args.scan:
-        return _bench_scan(args, sizes, out, out)
+        return int(_bench_scan(args, sizes, out, out))
     # Many short samples rather than a few long ones: on a shared machine a
     # sample is either undisturbed or not, and the median needs a majority.
     repeat = args.repeat or (9 if args.quick else 15)
@@ -352,7 +353,7 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
         # measure without it, then write it there.
         _dispatch.reload({**os.environ, "CLEARPAGES_CALIBRATION": "off"})
         st = _dispatch.state()
-        named = os.environ["CLEARPAGES_CALIBRATION"].strip()
+        named: str | None = os.environ["CLEARPAGES_CALIBRATION"].strip()
     else:
         named = None
     cpu = st.cpu

@@ -64,9 +64,9 @@ class _Scored:
         log worse-case scores over sizes, counting a size at the default's
         score unless the candidate's gain there exceeds the noise."""
         total = 0.0
-        for size, scores in self.score.items():
+        for size, at_size in self.score.items():
             p, b = pick[size], base[size]
-            mine, theirs = scores[p], scores[b]
+            mine, theirs = at_size[p], at_size[b]
             tol = max(floor, self.spread[size][p], self.spread[size][b])
             if mine < theirs * (1 - tol):
                 return None

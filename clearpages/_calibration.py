@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ._config import ConfigError
@@ -109,7 +110,8 @@ def _warn(path: Path, what: str) -> None:
     # Attributed to the caller's first frame outside the package (the call
     # that built the state), not to the package's own code.
     package = os.path.dirname(os.path.abspath(__file__))
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and os.path.dirname(
             os.path.abspath(frame.f_code.co_filename)) == package:
         level, frame = level + 1, frame.f_back

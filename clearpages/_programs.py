@@ -150,7 +150,7 @@ def clearer(name: str) -> Clear:
         memset = ctypes.memset
         return lambda s: memset(s.addr, 0, s.n)
     if name in BY_NAME:
-        return lambda s: clear(s.mv, method=name)
+        return lambda s: clear(s.mv, method=name)  # type: ignore[arg-type]
     raise ValueError("unknown candidate %r" % (name,))
 
 
@@ -205,7 +205,7 @@ def candidate_names(words: bool = True) -> list[str]:
 def _step(workload: str, clear: Clear, n: int) -> Callable[[Slot], None]:
     u = use(workload, n)
     if workload == POOL:
-        return clear        # type: ignore[return-value]
+        return clear
 
     def step(s: Slot) -> None:
         if workload == WIPE:
@@ -483,7 +483,7 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
     rows, advice = [], []
     noisy = missed = False
     for case in cases:
-        sc, kind = case.split(", ", 1)
+        sc, _ = case.split(", ", 1)
         goal = GOAL_COLD_USED if case == "cold, then used" else GOAL
         row = ["%s (%.2f)" % (case, goal)]
         for n in sizes:

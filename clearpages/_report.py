@@ -4,11 +4,21 @@ profiles.  ``__main__`` parses arguments and prints; ``_output`` renders."""
 from __future__ import annotations
 
 import statistics
-
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _adapt, _calibrate, _calibration, _core, _cpu, _dispatch, _measure, _profile, _scan, _system
+from . import (
+    _adapt,
+    _calibrate,
+    _calibration,
+    _core,
+    _cpu,
+    _dispatch,
+    _measure,
+    _profile,
+    _scan,
+    _system,
+)
 from ._routines import ALL_METHODS, ROUTINES
 from ._units import format_size
 

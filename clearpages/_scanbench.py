@@ -45,7 +45,7 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
     try:
         import numpy as np
     except ImportError:
-        np = None
+        np = None  # type: ignore[assignment]
     from ._dispatch import state
 
     pool_bytes = max(max(sizes), _measure.cold_pool_size())
@@ -95,12 +95,12 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
         early = {"size": big, "is_zero_s": statistics.median(z)}
         if raw is not None:
             a = raw[:big]
-            early["numpy_s"] = statistics.median(_per_call(lambda i: a.any(), 1)
+            early["numpy_s"] = statistics.median(_per_call(lambda i: a.any(), 1)  # type: ignore[union-attr]
                                                  for _ in range(3))
         pool.view[0] = 0
     finally:
         held.clear()
-        views = arrays = cands = raw = a = None      # noqa: F841 (the exports go)
+        views = arrays = cands = raw = a = None  # type: ignore[assignment]
         pool.close()
     return {"rows": rows, "early_exit": early, "numpy": np is not None,
             "scan": state().scan, "cold_pool": pool_bytes}

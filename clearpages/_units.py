@@ -45,7 +45,7 @@ def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
             raise ValueError(_spellings(what, value))
     else:
         try:
-            n = operator.index(value)       # numpy integers
+            n = operator.index(value)  # type: ignore[arg-type]  # numpy integers
         except TypeError:
             raise ValueError(_spellings(what, value)) from None
         if isinstance(value, bool):

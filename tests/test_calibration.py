@@ -101,7 +101,7 @@ def test_off_reads_nothing(here):
 def test_named_file_missing_is_an_error_naming_the_variable(tmp_path, here):
     cpu, methods, default = here
     missing = tmp_path / "nope.json"
-    with pytest.raises(cp.ConfigError, match="CLEARPAGES_CALIBRATION=.*nope.json names no file"):
+    with pytest.raises(cp.ConfigError, match=r"CLEARPAGES_CALIBRATION=.*nope.json names no file"):
         cal.load(cpu, methods, str(missing), default)
 
 

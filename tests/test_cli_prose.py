@@ -86,8 +86,8 @@ def test_a_reason_is_one_plain_sentence(n):
 
 
 def test_synthetic_cpus_reasons_too():
-    from test_policy import EMR_GUEST, ZEN3_GUEST, ZEN4
     from test_cpu import ICE, MILAN, OLD
+    from test_policy import EMR_GUEST, ZEN3_GUEST, ZEN4
 
     for cpu in (EMR_GUEST, ZEN3_GUEST, ZEN4, ICE, MILAN, OLD):
         for built in (frozenset(cp.ALL_METHODS), frozenset({"libc"})):

@@ -145,7 +145,7 @@ def test_calibration_setting_is_read(config):
     assert _dispatch.state().config.calibration == "off"
     # A path that names no file is an error naming the variable, as for
     # every bad value; the state (and the configuration) stays as it was.
-    with pytest.raises(cp.ConfigError, match="CLEARPAGES_CALIBRATION=/nonexistent/policy.json "
+    with pytest.raises(cp.ConfigError, match=r"CLEARPAGES_CALIBRATION=/nonexistent/policy.json "
                                              "names no file.*calibrate.*=off"):
         config({"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
     assert _dispatch.state().config.calibration == "off"
@@ -234,7 +234,8 @@ def test_parse_size():
 
 # ---- at import time, in a fresh interpreter ---------------------------------
 
-_SHOW = "import clearpages as cp; print(','.join(cp.methods())); print(cp.plan(1 << 30, threads=2).method)"
+_SHOW = ("import clearpages as cp; print(','.join(cp.methods())); "
+         "print(cp.plan(1 << 30, threads=2).method)")
 
 
 def test_environment_is_read_at_import():

@@ -85,14 +85,14 @@ def test_any_dtype_clears_by_its_item_size(dtype):
 def test_read_only_is_refused_and_unchanged():
     a = filled(64)
     a.flags.writeable = False
-    with pytest.raises(TypeError, match="OnlyDLPack is read-only .its DLPack export says so"):
+    with pytest.raises(TypeError, match=r"OnlyDLPack is read-only .its DLPack export says so"):
         cp.clear(OnlyDLPack(a))
     assert a.all()
 
 
 def test_a_copy_is_refused_and_the_original_unchanged():
     a = filled(64)
-    with pytest.raises(TypeError, match="exported a copy of its data.*IS_COPIED"):
+    with pytest.raises(TypeError, match=r"exported a copy of its data.*IS_COPIED"):
         cp.clear(OnlyDLPack(a, copy=True))
     assert a.all()
 
@@ -105,7 +105,7 @@ def test_a_producer_without_the_keywords_gets_the_unversioned_call():
     assert w.calls == [{}]
     ro = filled(8)
     ro.flags.writeable = False
-    with pytest.raises(TypeError, match="cannot be cleared in place.*left unchanged"):
+    with pytest.raises(TypeError, match=r"cannot be cleared in place.*left unchanged"):
         cp.clear(OldDLPack(ro))          # numpy refuses to export it unversioned
     assert ro.all()
 
@@ -141,7 +141,7 @@ def test_arguments_work_as_for_buffers():
         cp.clear(OnlyDLPack(a), method="fast")
     with pytest.raises(ValueError, match="threads"):
         cp.clear(OnlyDLPack(a), threads=0)
-    with pytest.raises(ValueError, match="hot must be a .start, stop. pair"):
+    with pytest.raises(ValueError, match=r"hot must be a .start, stop. pair"):
         cp.clear(OnlyDLPack(a), hot=(0, 1 << 40))
     with pytest.raises(ValueError, match="hot= needs a contiguous buffer"):
         cp.clear(OnlyDLPack(filled((8, 8))[::2]), hot=(0, 8))
@@ -280,7 +280,7 @@ def test_torch_views_are_honoured(torch, view):
 
 def test_a_tensor_that_requires_grad_follows_torch(torch):
     w = torch.ones(8, requires_grad=True)
-    with pytest.raises(TypeError, match="requires grad.*torch.no_grad.*t.detach"):
+    with pytest.raises(TypeError, match=r"requires grad.*torch.no_grad.*t.detach"):
         cp.clear(w)
     assert w.detach().all()
     with pytest.raises(RuntimeError, match="leaf"):

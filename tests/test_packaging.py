@@ -20,7 +20,8 @@ from clearpages._routines import ROUTINES
 
 PKG = Path(clearpages.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (sorted((ROOT / "csrc" / "core").glob("*.c")) + sorted((ROOT / "csrc" / "pyext").glob("*.c"))
+SOURCES = (sorted((ROOT / "csrc" / "core").glob("*.c"))
+           + sorted((ROOT / "csrc" / "pyext").glob("*.c"))
            + sorted((ROOT / "asm").glob("*.S")))
 
 IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")

@@ -597,7 +597,7 @@ def test_discard_pages_smaller_than_a_huge_page_is_an_error_that_says_so():
 
 def test_discard_pages_checks_every_index_before_it_discards_any():
     with _filled(4 * 4096) as r:
-        with pytest.raises(cp.PageIndexError, match="page index 4 .position 1. is outside"):
+        with pytest.raises(cp.PageIndexError, match=r"page index 4 .position 1. is outside"):
             cp.clear_pages(r, [0, 4], method="discard")
         with pytest.raises(cp.PageIndexError):
             cp.clear_pages(r, [-1], method="discard")
@@ -611,7 +611,7 @@ def test_region_discard_takes_a_page_aligned_range():
         r.discard(7 * 4096)                       # to the end
         assert _zero_pages(r, 4096) == [2, 3, 4, 7]
         r.discard(0, 0)
-        with pytest.raises(ValueError, match="start=100 is not a multiple of the "
+        with pytest.raises(ValueError, match=r"start=100 is not a multiple of the "
                                              "region's page size.*0 or 4096"):
             r.discard(100, 4096)
         with pytest.raises(ValueError, match="0 <= start <= stop <= 32768"):
@@ -627,7 +627,7 @@ def test_clear_many_discards_regions():
         assert _resident(a) == [] and _resident(b) == []
         assert not any(a.view()) and not any(b.view())
     with _filled(4096) as a:
-        with pytest.raises(ValueError, match="buffer 1: method 'discard'.*Region, not "
+        with pytest.raises(ValueError, match=r"buffer 1: method 'discard'.*Region, not "
                                              "bytearray"):
             cp.clear_many([a, bytearray(b"x")], method="discard")
         assert any(a.view())                       # nothing discarded
@@ -645,7 +645,7 @@ def test_discard_refuses_threads(threads):
 
 
 def test_discard_pages_of_other_buffers_is_refused():
-    with pytest.raises(ValueError, match="only to a clearpages.Region"):
+    with pytest.raises(ValueError, match=r"only to a clearpages.Region"):
         cp.clear_pages(bytearray(8192), [0], method="discard")
 
 

@@ -53,7 +53,7 @@ def _guarded(n_total):
 
 
 def _short_lengths():
-    return range(0, 601)
+    return range(601)
 
 
 def _long_lengths():
