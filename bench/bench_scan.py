@@ -15,6 +15,7 @@ Goals (a benchmark, never a timed test; the summary names the CPU):
 
     python -m pytest bench/bench_scan.py -k quick      # 64 KiB and 256 MiB cases
     python -m pytest bench/bench_scan.py --slow        # and the 1 GiB ones
+    python bench/scan_interleaved.py 9                   # the headline cases, interleaved
 """
 
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""is_zero and nonzero_pages against numpy, interleaved in one process
+(each round runs every case once, in turn; medians over the rounds), so
+that a loaded machine slows every case alike.
+
+    python bench/scan_interleaved.py [ROUNDS]
+
+- 64 KiB in cache: is_zero(a) and a.any(), each timed by timeit as the best
+  of 5 runs of 2,000 calls (no Python frame around the call);
+- 256 MiB from memory (resident, 8x the L3 of the machine these goals were
+  set on): is_zero with threads=1 and threads="auto", a.any();
+- 1 GiB resident with 1% of its 4 KiB pages dirty: nonzero_pages with
+  threads=1 and "auto", np.flatnonzero(a.reshape(-1, 4096).any(axis=1)),
+  the same indices checked first.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import timeit
+
+import numpy as np
+
+import clearpages as cp
+from clearpages import _fast
+
+PAGE = 4096
+
+
+def once(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
+    small = np.zeros(64 << 10, np.uint8)
+    big = np.zeros(256 << 20, np.uint8)
+    big.fill(0)
+    n = 1 << 30
+    pages = np.zeros(n, np.uint8)
+    pages.fill(0)
+    rng = np.random.default_rng(19)
+    dirty = np.sort(rng.choice(n // PAGE, size=n // PAGE // 100, replace=False))
+    pages[dirty * PAGE + rng.integers(0, PAGE, size=dirty.size)] = 1
+    for t in (1, "auto"):
+        assert np.array_equal(np.asarray(cp.nonzero_pages(pages, threads=t)), dirty)
+    g = {"iz": cp.is_zero, "a": small}
+    cases = {
+        "is_zero 64KiB": lambda: min(timeit.repeat("iz(a)", globals=g, number=2000, repeat=5)) / 2000,
+        "a.any() 64KiB": lambda: min(timeit.repeat("a.any()", globals=g, number=2000, repeat=5)) / 2000,
+        "is_zero 256MiB": lambda: once(lambda: cp.is_zero(big)),
+        "is_zero 256MiB threads=auto": lambda: once(lambda: cp.is_zero(big, threads="auto")),
+        "a.any() 256MiB": lambda: once(big.any),
+        "nonzero_pages 1GiB": lambda: once(lambda: cp.nonzero_pages(pages)),
+        "nonzero_pages 1GiB threads=auto": lambda: once(lambda: cp.nonzero_pages(pages, threads="auto")),
+        "numpy pages 1GiB": lambda: once(lambda: np.flatnonzero(pages.reshape(-1, PAGE).any(axis=1))),
+    }
+    got: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, fn in cases.items():
+            got[k].append(fn())
+    med = {k: statistics.median(v) for k, v in got.items()}
+    auto = {m: _fast.decide(m, 1, "auto")[1] for m in (256 << 20, n)}
+    print("rounds %d; threads=auto is %d threads at 256 MiB and %d at 1 GiB" % (
+        rounds, auto[256 << 20], auto[n]))
+    for k, v in med.items():
+        print("%-34s %10.3f %s" % (k, v * (1e6 if "64KiB" in k else 1e3),
+                                   "us" if "64KiB" in k else "ms"))
+    print("is_zero 64KiB: %.2fx a.any()" % (med["a.any() 64KiB"] / med["is_zero 64KiB"]))
+    print("is_zero 256MiB: %.2fx a.any() (threads=auto %.2fx)" % (
+        med["a.any() 256MiB"] / med["is_zero 256MiB"],
+        med["a.any() 256MiB"] / med["is_zero 256MiB threads=auto"]))
+    print("nonzero_pages 1GiB: %.2fx numpy (threads=auto %.2fx); %.1f GB/s" % (
+        med["numpy pages 1GiB"] / med["nonzero_pages 1GiB"],
+        med["numpy pages 1GiB"] / med["nonzero_pages 1GiB threads=auto"],
+        n / med["nonzero_pages 1GiB"] / 1e9))
+
+
+if __name__ == "__main__":
+    main()
