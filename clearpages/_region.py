@@ -162,10 +162,6 @@ def _check_size(size: Any, what: str = "size") -> int:
     return n
 
 
-def _round_up(n: int, page: int) -> int:
-    return -(-n // page) * page
-
-
 def _table_alignment(size: int, page: int) -> int:
     """Place a region at the largest page-table level it can fill, so that
     later moves can go entry by entry at that level (address space is free)."""
@@ -259,7 +255,7 @@ class Region(RegionMemory):
 
     def _map_pages(self, size: int, name: str) -> None:
         page, kind = PAGE_SIZES[name]
-        size = _round_up(size, page)
+        size = self._whole_pages(size, page.bit_length() - 1)
         if size > _address_space_limit():
             raise ValueError("size %d rounds up to more than the address space" % size)
         err = self._map(size, _table_alignment(size, page), kind, page.bit_length() - 1,
@@ -532,7 +528,7 @@ class Region(RegionMemory):
     def _resize_slow(self, new_size: Any) -> None:
         new_size = _check_size(new_size, "new_size")
         self._check_open()
-        new_size = _round_up(new_size, self._page)
+        new_size = self._whole_pages(new_size, self._page.bit_length() - 1)
         if new_size > _address_space_limit():
             raise ValueError("new_size rounds up to more than the address space")
         err = self._resize(new_size, self._kind, self._page.bit_length() - 1, CONGRUENCE)

@@ -153,6 +153,30 @@ static int region_check(RegionMemory *self, const char *what)
     return 0;
 }
 
+/* n bytes in whole pages of 1 << shift: the one place Region sizes are
+ * rounded (resize's fast path here; Region's mapping and its slow resize
+ * through _whole_pages).  Sizes come within the address space, far below
+ * where this could wrap. */
+static size_t whole_pages(size_t n, int shift)
+{
+    size_t page = (size_t)1 << shift;
+    return (n + page - 1) / page * page;
+}
+
+static PyObject *region_whole_pages(PyObject *unused, PyObject *args)
+{
+    unsigned long long n;
+    int shift;
+    (void)unused;
+    if (!PyArg_ParseTuple(args, "Ki", &n, &shift))
+        return NULL;
+    if (shift < 12 || shift > 40 || n > (unsigned long long)SIZE_MAX - ((size_t)1 << shift)) {
+        PyErr_SetString(PyExc_ValueError, "_whole_pages: bad page shift or size");
+        return NULL;
+    }
+    return PyLong_FromSize_t(whole_pages((size_t)n, shift));
+}
+
 static PyObject *region_map(RegionMemory *self, PyObject *args)
 {
     unsigned long long size, align, limit, modulus;
@@ -254,9 +278,8 @@ static PyObject *region_resize_public(RegionMemory *self, PyObject *arg)
     if (PyLong_CheckExact(arg) && self->mapped) {
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
-        size_t page = (size_t)1 << self->shift;
         if (!overflow && v > 0 && (unsigned long long)v <= self->limit) {
-            size_t n = ((size_t)v + page - 1) / page * page;
+            size_t n = whole_pages((size_t)v, self->shift);
             if (n <= self->limit) {
                 PyObject *r = region_relocate(self, 0, "resize", n, (unsigned)self->kind,
                                               (unsigned)self->shift, self->modulus);
@@ -430,6 +453,9 @@ static PyMethodDef region_methods[] = {
     {"_map", (PyCFunction)region_map, METH_VARARGS,
      "_map(size, align, kind, page_shift, address_space, modulus) -> errno: map the\n"
      "memory (once); resize() keeps the address modulo modulus."},
+    {"_whole_pages", (PyCFunction)region_whole_pages, METH_VARARGS | METH_STATIC,
+     "_whole_pages(size, page_shift) -> size rounded up to whole pages of 1 << page_shift\n"
+     "(how resize rounds)."},
     {"resize", (PyCFunction)region_resize_public, METH_O,
      "resize(new_size)\n--\n\n"
      "Grow or shrink to new_size (rounded up to whole pages).\n\n"
