@@ -37,7 +37,7 @@ static int hot_range(PyObject *hot, size_t n, size_t *start, size_t *stop)
 /* clear() of a tensor taken through DLPack (dlpack.c); the view is
  * released here.  hot: NULL, True/False (the word for the whole tensor) or
  * a (start, stop) pair, which needs a tensor that tiles its bytes. */
-static PyObject *clear_tensor(PyObject *buf, struct dlpack_view *dv, int idx, int nthreads,
+static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
                               PyObject *hot)
 {
     size_t start = 0, stop = 0;
@@ -48,11 +48,12 @@ static PyObject *clear_tensor(PyObject *buf, struct dlpack_view *dv, int idx, in
         Py_XDECREF(pair);
         if (ok <= 0) {
             if (ok == 0 && dv->nruns)
-                PyErr_Format(PyExc_ValueError, "hot= needs a contiguous buffer; this %s "
-                             "is strided", Py_TYPE(buf)->tp_name);
-            else if (ok == 0)
-                PyErr_Format(PyExc_ValueError, "hot must be a (start, stop) pair of ints "
-                             "with 0 <= start <= stop <= %zu (the buffer's size), not %R",
+                PyErr_SetString(PyExc_ValueError,
+                                "hot= needs a contiguous buffer; this one is strided");
+            else if (ok == 0)   /* the words of _core._check_hot, for buffers */
+                PyErr_Format(PyExc_ValueError, "hot must be True (all of it is used next), "
+                             "False (not soon), or a (start, stop) pair of ints with "
+                             "0 <= start <= stop <= %zu (the buffer's size), not %R",
                              dv->len, hot);
             dlpack_release(dv);
             return NULL;
@@ -117,7 +118,7 @@ static int clear_if_tensor(PyObject *buf, PyObject *method, PyObject *threads, P
         *err = PyUnicode_FromString("a tensor (DLPack)");
         return *err ? 0 : -1;
     }
-    *res = clear_tensor(buf, &dv, idx, nthreads, hot);
+    *res = clear_tensor(&dv, idx, nthreads, hot);
     return *res ? 1 : -1;
 }
 
