@@ -132,8 +132,8 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
         z["variant"], ", ".join(z["usable"])), file=out)
     th = st.thresholds
     print("\nthresholds (source: %s)" % th.source, file=out)
-    rows = [(k, _output.show_value(k, getattr(th, k), cpu.cores), _report.threshold_why(th, k))
-            for k in _report.SHOWN]
+    rows = [(_report.LABEL.get(k, k), _output.show_value(k, getattr(th, k), cpu.cores),
+             _report.threshold_why(th, k)) for k in _report.SHOWN]
     _output.table(rows, ("threshold", "value", "where it came from"), out)
     print(file=out)
     _output.say("the rule each threshold is judged by: %s" % data["rule"], out)
@@ -173,7 +173,8 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         _output.dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
                     "kind": "temporal" if r.temporal else "streaming",
-                    "threads": p.threads, "chunk": p.chunk, "reason": p.reason,
+                    "threads": p.threads, "unit": p.unit, "chunk": p.chunk,
+                    "reason": p.reason,
                     "evidence": list(p.evidence), "learned": p.learned,
                     "skips_untouched": p.skips_untouched,
                     "untouched": p.untouched,
@@ -196,12 +197,12 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     line("method", "%s, %s stores: %s" % (p.method, "ordinary" if r.temporal else
                                           "streaming", r.summary))
     line("threads", str(p.threads))
-    if p.count == 1 and p.threads == 1 and p.nbytes <= p.chunk:
+    if p.count == 1 and p.threads == 1 and p.nbytes <= p.unit:
         line("work", "one call of the routine over all %s" % fmt(p.nbytes))
     else:
         line("work", "a native job run in 40 ms slices: each thread's first unit is %s "
                      "until the routine's speed is timed, later units end by the slice's "
-                     "deadline" % fmt(p.chunk))
+                     "deadline" % fmt(p.unit))
     line("reason", p.reason)
     for why in p.evidence:
         line("because", why)

@@ -86,6 +86,7 @@ class Thresholds:
     long: str = ""
     """The routine for very long extents ('' = streaming)."""
     chunk: int = DEFAULT_UNIT
+    """The unit of work (see ``unit``): the public field keeps its first name."""
     thread_min: int = DEFAULT_THREAD_MIN
     max_threads: int = 0
     """0: as many as the process may run on."""
@@ -100,6 +101,11 @@ class Thresholds:
     stores, the rest with the streaming routine."""
     why: tuple[tuple[str, str], ...] = ()
     """(field, reason) for each threshold, shown by ``python -m clearpages info``."""
+
+    @property
+    def unit(self) -> int:
+        """The unit of work, the same number as ``chunk``."""
+        return self.chunk
 
     def reason(self, field: str) -> str:
         return dict(self.why).get(field, self.source)
@@ -130,6 +136,12 @@ class Plan:
     """The clear first looks for pages never touched and leaves them alone
     (see UNTOUCHED_MIN); ``untouched`` says why or why not."""
     untouched: str = ""
+
+    @property
+    def unit(self) -> int:
+        """The unit of work, the same number as ``chunk`` (the public field
+        keeps its first name)."""
+        return self.chunk
 
     def __str__(self) -> str:
         return "%s, %d thread%s, %s first unit: %s" % (
@@ -308,7 +320,7 @@ def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
     numbers the native rules read.  adapt: the band of sizes where single
     auto clears ask the learner ((0, 0): none)."""
     p = ffi.new("struct cp_policy *")
-    p.small = INDEX["libc"]
+    p.memset = INDEX["libc"]
     p.temporal = INDEX[th.temporal]
     p.streaming = INDEX[th.streaming]
     p.long_routine = INDEX[th.long] if th.long else lib.CP_POLICY_NONE

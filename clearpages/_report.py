@@ -51,6 +51,10 @@ DEFAULT_WHY = {
 #: The thresholds ``info`` and ``bench`` report.
 SHOWN = _calibration.FIELDS + ("chunk",)
 
+#: The word info's table shows where a field's public name is older (JSON
+#: keeps the field's name).
+LABEL = {"chunk": "unit"}
+
 QUICK_SIZES = ("4K", "64K", "1M", "32M", "256M")
 FULL_SIZES = ("4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G")
 

@@ -109,6 +109,9 @@ def test_plan_count_threads_json():
     p = cp.plan(64 << 10, count=16, threads=1)
     assert (data["method"], data["threads"], data["count"]) == (p.method, 1, 16)
     assert "pieces" in data["reason"]
+    # The unit under its name, and under its first name for readers of old output.
+    assert data["unit"] == data["chunk"] == p.unit == p.chunk
+    assert cp.thresholds().unit == cp.thresholds().chunk
 
 
 @pytest.mark.parametrize("args,message", [

@@ -25,7 +25,7 @@ static int route(const struct cp_policy *p, size_t nbytes, size_t count, int thr
             return p->long_routine;
         return p->streaming;
     }
-    return nbytes / count < p->vector_max ? p->small : p->temporal;
+    return nbytes / count < p->vector_max ? p->memset : p->temporal;
 }
 
 /* threads="auto": one thread below thread_min, then one per half of it, at
@@ -67,7 +67,7 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         count = 1;
     /* The learner's two routines for this size: what the static policy
      * runs below nt_min, and the streaming one. */
-    out->roles[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->small : p->temporal;
+    out->roles[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->memset : p->temporal;
     out->roles[CP_ADAPT_STREAMING] = p->streaming;
     out->adaptive = 0;
     out->hot_routine = CP_POLICY_NONE;

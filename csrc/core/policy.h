@@ -33,7 +33,7 @@ enum {
 };
 
 struct cp_policy {
-    int small;                  /* below vector_max a piece: memset's vector stores */
+    int memset;                 /* the memset role: below vector_max a piece (libc) */
     int temporal;               /* from vector_max to nt_min: ordinary stores */
     int streaming;              /* from nt_min in all: non-temporal stores */
     int long_routine;           /* from long_min a piece on one thread above nt_min */

@@ -103,7 +103,7 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
     for (Py_ssize_t i = 0; i < n; i++)
         cfg.r[i] = r[i];
     cfg.n = (int)n;
-    if (!usable_or_none(policy.small, 0) || !usable_or_none(policy.temporal, 0)
+    if (!usable_or_none(policy.memset, 0) || !usable_or_none(policy.temporal, 0)
         || !usable_or_none(policy.streaming, 0) || !usable_or_none(policy.forced, 1)
         || !usable_or_none(policy.long_routine, 1)) {
         PyErr_SetString(PyExc_ValueError, "configure: a routine of the policy is not usable");
