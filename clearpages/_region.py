@@ -30,10 +30,12 @@ from typing import Any
 from ._errors import HugePagesUnavailable
 from ._fast import RegionMemory
 from ._native import lib
-from ._system import address_space_limit as _address_space_limit
-from ._system import hugetlb_pages
-from ._system import memory_locked as _memory_locked
-from ._system import thp_mode as _thp_mode
+from ._system import (
+    address_space_limit as _address_space_limit,
+    hugetlb_pages,
+    memory_locked as _memory_locked,
+    thp_mode as _thp_mode,
+)
 from ._units import GiB, KiB, MiB, format_size as _fmt_size, parse_size as _parse_size
 
 #: Page sizes by name: (bytes, kind).
