@@ -8,6 +8,24 @@
 
 #include "fast.h"
 
+/* Each entry has two forms sharing one body: the public one, whose declined
+ * arguments go to Python's hook to be explained or normalized, and the
+ * _exact one that Python calls back with normalized arguments (declining
+ * again there is a bug, not a refusal to explain). */
+#define ENTRY_PAIR(name, body)                                                       \
+    PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,          \
+                   PyObject *kwnames)                                                \
+    {                                                                                \
+        (void)self;                                                                  \
+        return body(args, nargs, kwnames, 0);                                        \
+    }                                                                                \
+    PyObject *name##_exact(PyObject *self, PyObject *const *args, Py_ssize_t nargs,  \
+                           PyObject *kwnames)                                        \
+    {                                                                                \
+        (void)self;                                                                  \
+        return body(args, nargs, kwnames, 1);                                        \
+    }
+
 static const char *const clear_pos[] = {"buf"};
 
 /* hot as (start, stop) within n bytes: 1, 0 when it is not a tuple of two
@@ -213,19 +231,7 @@ decline:
     return res;
 }
 
-PyObject *fast_clear(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames)
-{
-    (void)self;
-    return do_clear(args, nargs, kwnames, 0);
-}
-
-PyObject *fast_clear_exact(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames)
-{
-    (void)self;
-    return do_clear(args, nargs, kwnames, 1);
-}
+ENTRY_PAIR(fast_clear, do_clear)
 
 /* ---- many buffers ----------------------------------------------------------- */
 
@@ -324,19 +330,7 @@ decline:
     return res;
 }
 
-PyObject *fast_clear_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    (void)self;
-    return do_clear_many(args, nargs, kwnames, 0);
-}
-
-PyObject *fast_clear_many_exact(PyObject *self, PyObject *const *args,
-                                       Py_ssize_t nargs, PyObject *kwnames)
-{
-    (void)self;
-    return do_clear_many(args, nargs, kwnames, 1);
-}
+ENTRY_PAIR(fast_clear_many, do_clear_many)
 
 /* clear_runs(addrs, lens, *, method, threads): extents given as two
  * buffers of uint64 (a strided array's runs); the caller keeps their
@@ -568,16 +562,4 @@ decline:
     return res;
 }
 
-PyObject *fast_clear_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames)
-{
-    (void)self;
-    return do_clear_pages(args, nargs, kwnames, 0);
-}
-
-PyObject *fast_clear_pages_exact(PyObject *self, PyObject *const *args,
-                                        Py_ssize_t nargs, PyObject *kwnames)
-{
-    (void)self;
-    return do_clear_pages(args, nargs, kwnames, 1);
-}
+ENTRY_PAIR(fast_clear_pages, do_clear_pages)
