@@ -398,11 +398,14 @@ def test_a_hot_buffer_and_cold_pool_pages_learn_apart(learner):
 def test_cold_then_used_prefers_the_whole_cost(learner):
     """Cold buffers, each read right after its clear: streaming clears
     faster (COLD) but the reads then come from memory; ordinary stores
-    leave the buffer cached.  By clear + use, ordinary stores win."""
+    leave the buffer cached.  By clear + use, ordinary stores win: ~117 us
+    against ~131 us a step, 11%, beyond the 5% hysteresis.  (With reads
+    from memory of 90 us the margin was 3.5%, inside the hysteresis, and
+    only the noise made it switch, after 200-1,000 calls by the seed.)"""
     learner(lo=16 * KiB, nt_min=32 * KiB)
     n = 1 * MiB
     prog = Program(seed=2)
-    read_cached, read_memory = 25_000, 90_000     # ns: the program's reads
+    read_cached, read_memory = 25_000, 100_000    # ns: the program's reads
     for i in range(3000):
         prog.step(n, 0x7E0000000000 + (i % 512) * n, COLD,
                   use=(read_cached, read_memory))
