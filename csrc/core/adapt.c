@@ -67,7 +67,7 @@
  * exploration, no burst or refill under way) only one call in
  * max(1, sample_bytes / n) is timed (more where clears are so short that
  * a timed pair's own ~0.5 us would weigh more than SAMPLE_SHARE: at 16 KiB
- * one in ~1,050), with the call after it (which closes
+ * one in ~2,600), with the call after it (which closes
  * its cycle); the calls between take neither the clock nor the lock, only
  * the address table and two counters.  Explorations are always timed.
  * Where those calls clear the buffer just cleared, back to back (a loop
@@ -94,9 +94,12 @@ enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 512, SAMPLE_GAP
  * timed call measured ~250 ns more than an untimed one on a Zen 4 guest.
  * Where the clears are short the settled period stretches so that the
  * pairs stay within SAMPLE_SHARE of the time spent clearing: at 16 KiB
- * (~0.19 us a clear there) about 1,050 calls instead of 512. */
+ * (~0.19 us a clear there) about 2,600 calls instead of 512.  0.1%, not
+ * more: the inline path's own ~0.5% and the explorations share the 1% that
+ * adaptation may cost a clear this short (at 0.25% the whole cost measured
+ * 0.99-1.29% on a Zen 4 guest, at 0.1% 0.57-0.96%). */
 #define PAIR_NS 500.0
-#define SAMPLE_SHARE 0.0025
+#define SAMPLE_SHARE 0.001
 
 /* A sample off its arm's estimate by more than this factor is checked again. */
 #define SURPRISE 1.25
