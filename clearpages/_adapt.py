@@ -61,6 +61,12 @@ class Learned:
                    "" if self.switches == 1 else "es"))
 
 
+def reuse_bytes(th: Thresholds) -> int:
+    """A buffer cleared again within this many bytes of clears is "cleared
+    again soon" (a quarter of the band's top: the last-level cache)."""
+    return max(th.adapt_max // 4, th.adapt_min)
+
+
 def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
     """Set the learner's band from th (empty when not usable: a forced
     method) and forget all; then turn it on or off (:func:`enable`)."""
@@ -71,7 +77,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
         p.nt_min = th.nt_min
         # "Cleared again soon": within a last-level cache's worth of band
         # clears, 4x the band's floor when no larger figure is known.
-        p.reuse_bytes = max(th.adapt_max // 4, th.adapt_min)
+        p.reuse_bytes = reuse_bytes(th)
     lib.cp_adapt_configure(p)
     enable(enabled)
 

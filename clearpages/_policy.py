@@ -99,6 +99,9 @@ class Thresholds:
     hot_max: int = NEVER
     """clear(buf, hot=True) clears at most the last hot_max bytes with ordinary
     stores, the rest with the streaming routine."""
+    hot_max_other: int = NEVER
+    """The same for a buffer adaptive auto has not seen cleared lately (at
+    most hot_max)."""
     why: tuple[tuple[str, str], ...] = ()
     """(field, reason) for each threshold, shown by ``python -m clearpages info``."""
 
@@ -194,6 +197,20 @@ NT_MIN_UNKNOWN_L2 = 16 * KiB
 HOT_WHOLE_L3_DIVISOR = 2
 HOT_WHOLE_UNKNOWN_L3 = 4 * MiB
 
+#: hot=True of a buffer the learner has not seen cleared within the last
+#: last-level cache's worth of clears (the learner's "other" buffers): it is
+#: probably not in the cache, and an ordinary-store clear reads each of its
+#: lines from memory before it writes them, so a smaller tail is worth it:
+#: a quarter of the last-level cache.  Measured on a Zen 4 guest (32 MiB
+#: L3), pad and scratch, 16-128 MiB, 15 interleaved rounds: cold, a 16 MiB
+#: tail (hot_max) reached 0.91-0.98 of the best candidate, an 8 MiB one
+#: 0.97-1.00; warm at 64-128 MiB (never "recent": larger than the reuse
+#: window) 8 MiB 0.98-1.00 against 16 MiB's 1.00; warm at 16-32 MiB any
+#: streamed head costs 0.6-0.9, which is why a buffer cleared lately keeps
+#: hot_max.  Without adaptation nothing is known of a buffer's history, and
+#: hot_max holds for all.
+HOT_OTHER_L3_DIVISOR = 4
+
 #: On AMD Zen with ERMS, rep stosb switches to streaming stores by itself
 #: for very long lengths, and then beats the vector streaming stores: at
 #: 1 GiB 0.97-0.99 of the best routine in both Zen 3 profiles, against
@@ -260,12 +277,20 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
         hot_max = cpu.last_cache // HOT_WHOLE_L3_DIVISOR
         why.append(("hot_max", "half the %s last-level cache: what a program's next "
                     "reads can still find there" % format_size(cpu.last_cache)))
+        hot_other = cpu.last_cache // HOT_OTHER_L3_DIVISOR
+        why.append(("hot_max_other", "a quarter of the %s last-level cache, for a buffer not "
+                    "cleared within the last %s of clears: probably cold, and an ordinary-store "
+                    "clear reads each line in first (measured on a Zen 4 guest: 0.97-1.0 of the "
+                    "best cold at 16-128 MiB, 0.91-0.98 with hot_max)"
+                    % (format_size(cpu.last_cache), format_size(cpu.last_cache))))
     else:
         hot_max = HOT_WHOLE_UNKNOWN_L3
         why.append(("hot_max", "last-level cache unknown: %s" % format_size(hot_max)))
+        hot_other = hot_max // (HOT_OTHER_L3_DIVISOR // HOT_WHOLE_L3_DIVISOR)
+        why.append(("hot_max_other", "last-level cache unknown: %s" % format_size(hot_other)))
     return Thresholds(vector_max=vector_max, nt_min=nt_min, temporal=temporal,
                       streaming=streaming, long_min=long_min, long=long, hot_max=hot_max,
-                      why=tuple(why))
+                      hot_max_other=hot_other, why=tuple(why))
 
 
 #: Floor of the adaptive band.  Below it a clear lasts well under 0.3 us and
@@ -288,8 +313,9 @@ def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
     ~35/34 both).  No threshold wins both; only the program's own clears
     tell.  Above a few times the last-level cache no buffer can still be
     cached, so streaming (or whatever the static policy says) stands.
-    Timing costs what sampling leaves of it (csrc/adapt.c: once settled,
-    one timed pair every 4 MiB of clears).  An unknown last-level cache
+    Timing costs what sampling leaves of it (csrc/core/adapt.c: once
+    settled, one timed pair every 8 MiB of clears, fewer where clears are
+    short).  An unknown last-level cache
     counts as 8 MiB.
     """
     if th.temporal == th.streaming:
@@ -335,6 +361,7 @@ def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
     p.cores = cpu.cores
     p.adapt_min, p.adapt_max = adapt
     p.hot_max = min(th.hot_max, NEVER)
+    p.hot_max_other = min(th.hot_max_other, th.hot_max, NEVER)
     p.untouched_min = UNTOUCHED_MIN
     return p
 
@@ -431,7 +458,9 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
         return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
                     nbytes=nbytes, count=1)
     if hot is True:
-        evidence = _evidence(th, "hot_max")
+        other = d.hot_nbytes < min(nbytes, th.hot_max)
+        evidence = _evidence(th, "hot_max", "hot_max_other") if other else _evidence(
+            th, "hot_max")
         if forced is not None:
             reason = "CLEARPAGES_METHOD forces %s" % forced
         elif d.hot_nbytes >= nbytes:
@@ -443,10 +472,12 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
                 nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
         else:
             reason = ("hot=True says all of it is used next, so %s clears the first %s and "
-                      "%s the last %s, last, so that the hot_max of %s is in the cache for "
+                      "%s the last %s, last, so that the %s of %s is in the cache for "
                       "the program's next reads" % (
                           d.method, format_size(nbytes - d.hot_nbytes), d.hot_method,
-                          format_size(d.hot_nbytes), format_size(th.hot_max)))
+                          format_size(d.hot_nbytes),
+                          "hot_max_other" if other else "hot_max",
+                          format_size(d.hot_nbytes if other else th.hot_max)))
         return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
                     nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
     if hot is not None:

@@ -720,3 +720,24 @@ def test_a_child_forked_while_a_lock_is_held_neither_hangs_nor_stops_adapting(ho
     r = run_python("HOW = %r\n" % how + _FORK_WHILE_HELD, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["exit", "0"], (r.stdout, r.stderr)
+
+
+def test_recent_tells_a_buffer_cleared_lately_and_remembers_each_clear(learner):
+    """cp_adapt_recent, for clears that take no ticket (hot=True): 0 for a
+    buffer not cleared within reuse_bytes of clears, 1 when it was; each
+    call is remembered; NULL only asks whether the size can be recent; -1
+    when adaptation is off."""
+    learner(lo=16 * KiB, reuse=4 * MiB)
+    a, b = ffi.cast("void *", 0x7F0000000000), ffi.cast("void *", 0x7E0000000000)
+    assert lib.cp_adapt_recent(a, 1 * MiB) == 0
+    assert lib.cp_adapt_recent(a, 1 * MiB) == 1
+    for _ in range(4):              # 4 MiB of other clears: a is no longer recent
+        lib.cp_adapt_recent(b, 1 * MiB)
+    assert lib.cp_adapt_recent(a, 1 * MiB) == 0
+    assert lib.cp_adapt_recent(ffi.NULL, 4 * MiB) == 1
+    assert lib.cp_adapt_recent(ffi.NULL, 4 * MiB + 1) == 0
+    lib.cp_adapt_enable(0)
+    try:
+        assert lib.cp_adapt_recent(a, 1 * MiB) == -1
+    finally:
+        lib.cp_adapt_enable(1)

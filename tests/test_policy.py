@@ -11,6 +11,7 @@ from test_cpu import ICE, ICE_NO_ZMM, MILAN, OLD, XCR0_AVX512, XCR0_SSE, ice_lak
 
 import clearpages as cp
 from clearpages import _config, _cpu, _dispatch, _fast, _policy
+from clearpages._native import ffi, lib
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ALL = frozenset(cp.ALL_METHODS)
@@ -340,3 +341,24 @@ def test_whole_buffer_words():
                          64 * KiB, hot_nbytes=False)
     assert not d.adaptive
     assert _policy.decide(ZEN4, th, 1 * MiB, hot=False, forced="libc").method == "libc"
+
+
+def test_hot_true_of_a_buffer_not_cleared_lately_keeps_a_quarter_of_the_l3():
+    """CP_POLICY_HOT_ALL_OTHER (hot=True of a buffer the learner has not
+    seen cleared lately): the tail is hot_max_other, a quarter of the L3;
+    a buffer that short is still cleared all hot."""
+    th = _policy.with_adaptive_band(ZEN4, _policy.default_thresholds(ZEN4, ALL))
+    assert th.hot_max_other == 8 * MiB and "quarter" in th.reason("hot_max_other")
+    policy = _policy.native_policy(ZEN4, th, adapt=(th.adapt_min, th.adapt_max))
+    out = ffi.new("struct cp_decision *")
+    for n, tail in ((4 * MiB, 4 * MiB), (16 * MiB, 8 * MiB), (64 * MiB, 8 * MiB)):
+        lib.cp_policy_decide(policy, n, 1, lib.CP_POLICY_AUTO, 1,
+                             lib.CP_POLICY_HOT_ALL_OTHER, 0, out)
+        assert out.hot_nbytes == tail, n
+        assert _policy.ROUTINES[out.hot_routine].name == th.temporal
+        assert _policy.ROUTINES[out.routine].name == th.streaming
+        lib.cp_policy_decide(policy, n, 1, lib.CP_POLICY_AUTO, 1, lib.CP_POLICY_HOT_ALL, 0, out)
+        assert out.hot_nbytes == min(n, th.hot_max), n
+    # never longer than hot_max, whatever the thresholds say
+    small = dataclasses.replace(th, hot_max=2 * MiB, hot_max_other=4 * MiB)
+    assert _policy.native_policy(ZEN4, small).hot_max_other == 2 * MiB

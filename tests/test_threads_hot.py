@@ -227,13 +227,72 @@ def test_hot_true_is_ordinary_stores_up_to_hot_max_then_a_hot_tail():
     if th.hot_max < 48 * MiB:
         n = th.hot_max + 2 * MiB
         big = bytearray(b"\x03" * n)
-        ran = _ran(lambda: cp.clear(big, hot=True))
+        cp.set_adaptive(False)      # no history: hot_max, whatever the buffer
+        try:
+            ran = _ran(lambda: cp.clear(big, hot=True))
+        finally:
+            cp.set_adaptive(True)
         assert not any(big)
         assert ran[-1][1] == th.hot_max and BY_NAME[ran[-1][0]].temporal
         assert ran[0][0] == th.streaming or th.streaming == th.temporal
-        assert _fast.decide(n, 1, 1, "auto", True)[6] == th.hot_max
+        assert _fast.decide(n, 1, 1, "auto", True)[6] in (th.hot_max, th.hot_max_other)
         p = cp.plan(n, hot=True)
         assert (p.method, p.hot_method) == (ran[0][0], ran[-1][0])
+
+
+def _hot_tail(ran: list[tuple[str, int]]) -> int:
+    """Bytes of the last calls, those with ordinary stores (the hot tail)."""
+    k = len(ran)
+    while k and BY_NAME[ran[k - 1][0]].temporal:
+        k -= 1
+    return sum(b for _, b in ran[k:])
+
+
+def _adapting_with_two_tails(n: int) -> None:
+    th = cp.thresholds()
+    if not cp.adaptive():
+        pytest.skip("adaptive auto is off here (CLEARPAGES_ADAPT, a forced method)")
+    if not th.hot_max_other < min(n, th.hot_max):
+        pytest.skip("hot_max_other (%d) is not below hot_max (%d) here" % (
+            th.hot_max_other, th.hot_max))
+
+
+def test_hot_true_keeps_a_shorter_tail_of_a_buffer_not_cleared_lately():
+    """A buffer the learner has not seen cleared within its reuse window is
+    probably cold: hot=True clears only its last hot_max_other bytes hot.
+    Cleared again at once, it is warm: the last hot_max."""
+    th = cp.thresholds()
+    n = min(th.hot_max, 24 * MiB)
+    _adapting_with_two_tails(n)
+    cp.reload_config()          # the learner forgets: nothing was cleared lately
+    buf = bytearray(b"\x05" * n)
+    first = _ran(lambda: cp.clear(buf, hot=True))
+    assert not any(buf)
+    assert _hot_tail(first) == th.hot_max_other and sum(k for _, k in first) == n
+    buf[:] = b"\x05" * n
+    again = _ran(lambda: cp.clear(buf, hot=True))
+    assert not any(buf)
+    assert _hot_tail(again) == n
+    p = cp.plan(n, hot=True)     # the plan: a buffer cleared just before
+    assert p.hot_method == again[-1][0] and "hot_max_other" in p.learned
+
+
+def test_hot_true_of_a_buffer_larger_than_the_reuse_window_keeps_the_short_tail():
+    """One larger than the window is never "cleared again soon": the short
+    tail, every time, and plan() says so."""
+    from clearpages import _adapt
+    th = cp.thresholds()
+    n = _adapt.reuse_bytes(th) + 4 * MiB
+    if n > 96 * MiB:
+        pytest.skip("the reuse window here is %d MiB: too large to clear in a test" % (n >> 20))
+    _adapting_with_two_tails(n)
+    buf = bytearray(n)
+    for _ in range(2):
+        ran = _ran(lambda: cp.clear(buf, hot=True))
+        assert _hot_tail(ran) == th.hot_max_other and sum(k for _, k in ran) == n
+    p = cp.plan(n, hot=True)
+    assert (p.method, p.hot_method) == (ran[0][0], ran[-1][0])
+    assert "hot_max_other" in p.reason and "never cleared again" in p.learned
 
 
 def test_hot_false_streams_it_all_and_is_never_learned():

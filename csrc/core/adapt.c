@@ -444,6 +444,18 @@ static void maybe_quiet(struct ctx_state *s, size_t n, int cls, int ctx)
 
 static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s);
 
+int cp_adapt_recent(const void *addr, size_t n)
+{
+    if (!__atomic_load_n(&band_hi, __ATOMIC_RELAXED))
+        return -1;
+    if (!addr) {
+        size_t reuse = LOAD(params.reuse_bytes);
+        return reuse && n <= reuse;
+    }
+    flush_fast();
+    return is_recent(addr, n);
+}
+
 int cp_adapt_choose(size_t n, const void *addr)
 {
     if (n < __atomic_load_n(&band_lo, __ATOMIC_RELAXED) ||

@@ -90,6 +90,13 @@ int cp_adapt_choose(size_t n, const void *addr);
 void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns);
 /* The same with the clear's time alone (no time between clears is learned). */
 void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns);
+/* 1 when addr was cleared within the last reuse_bytes of clears the
+ * learner saw (as the context of cp_adapt_choose), 0 when not, -1 when
+ * adaptation is off; this clear of n bytes is remembered either way.  For
+ * clears that do not ask for a ticket (hot=True) but tell the cache's
+ * state by their history.  addr NULL: only asks, remembering nothing:
+ * 0 when no buffer of n bytes can be recent (n > reuse_bytes), else 1. */
+int cp_adapt_recent(const void *addr, size_t n);
 /* CLOCK_MONOTONIC in ns (the vDSO: no system call). */
 uint64_t cp_adapt_now_ns(void);
 

@@ -85,11 +85,15 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         out->unit = unit_for(p, nbytes, out->threads);
         return;
     }
-    if (hot == CP_POLICY_HOT_ALL) {
+    if (hot == CP_POLICY_HOT_ALL || hot == CP_POLICY_HOT_ALL_OTHER) {
         /* All of it is used next: what can stay in the cache beside the
          * program's other data (hot_max) is the hot range, at the end, so
-         * that it is cleared last; the head before it streams. */
-        hot_nbytes = nbytes < p->hot_max ? nbytes : p->hot_max;
+         * that it is cleared last; the head before it streams.  A buffer
+         * not cleared lately is probably not in the cache: its ordinary-
+         * store clear reads each line in from memory first, so less of it
+         * is worth that (hot_max_other). */
+        size_t most = hot == CP_POLICY_HOT_ALL ? p->hot_max : p->hot_max_other;
+        hot_nbytes = nbytes < most ? nbytes : most;
     }
     if (hot) {
         out->hot_nbytes = hot_nbytes;

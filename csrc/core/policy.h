@@ -29,7 +29,9 @@ enum {
     CP_POLICY_HOT_NONE = 0,     /* nothing: auto */
     CP_POLICY_HOT_RANGE = 1,    /* hot=(start, stop): hot_nbytes cleared last, hot */
     CP_POLICY_HOT_ALL = 2,      /* hot=True: all of it is used next */
-    CP_POLICY_NOT_SOON = 3      /* hot=False: none of it is used soon */
+    CP_POLICY_NOT_SOON = 3,     /* hot=False: none of it is used soon */
+    CP_POLICY_HOT_ALL_OTHER = 4 /* hot=True of a buffer not cleared lately (the
+                                   learner's "other" buffers): probably cold */
 };
 
 struct cp_policy {
@@ -47,6 +49,7 @@ struct cp_policy {
     size_t adapt_min, adapt_max;    /* the adaptive band: single auto clears of
                                        adapt_min <= n < adapt_max ask the learner */
     size_t hot_max;             /* hot=True: at most this tail is cleared hot */
+    size_t hot_max_other;       /* ... of a buffer not cleared lately */
     size_t untouched_min;       /* work of this much looks for untouched pages; 0: never */
 };
 
@@ -66,7 +69,8 @@ struct cp_decision {
  * routine index or CP_POLICY_AUTO; threads: 1..CP_MAX_THREADS or
  * CP_POLICY_THREADS_AUTO; hot: CP_POLICY_HOT_RANGE when hot_nbytes of the
  * nbytes are a hot range (one buffer), cleared last with ordinary stores;
- * CP_POLICY_HOT_ALL (the range is the tail, all of it up to hot_max) or
+ * CP_POLICY_HOT_ALL (the range is the tail, all of it up to hot_max),
+ * CP_POLICY_HOT_ALL_OTHER (the same up to hot_max_other) or
  * CP_POLICY_NOT_SOON (streaming over all of it, never learned) when the
  * program said so of the whole buffer. */
 void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,

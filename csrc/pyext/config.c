@@ -180,6 +180,8 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
             return NULL;
         }
     }
+    if (word == CP_POLICY_HOT_ALL)
+        word = hot_all_word(NULL, (size_t)n);
     struct cp_decision d;
     decide((size_t)n, (size_t)count, idx, t, word, (size_t)hot_n, &d);
     return Py_BuildValue("(OinOO(OO)nO)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
