@@ -39,7 +39,10 @@ SIZES: tuple[int, ...] = tuple(1 << b for b in range(12, 31))
 WITHIN_BEST = 0.9
 """auto's score at least this fraction of the best static choice's."""
 OVER_MEMSET_NEAR_L3 = 1.2
-"""At 1-4x the L3, auto at least this many times memset, in each scenario."""
+"""At 1-4x the L3, auto at least this many times memset, in each scenario;
+where no routine is (the C library's memset streams there itself: on a Zen 4
+guest at 128 MiB, 4x its L3, every routine is at most 1.11x it), at least
+what the best routine reaches."""
 NOISE = 0.05
 """How far two medians of the same thing differ between runs: the two Zen 3
 profiles, same CPU and method, disagree by 5% and more at a size (and
@@ -167,6 +170,9 @@ class Verdict:
     memset_score: float | None
     near_l3_ratio: float | None
     """At 1-4x the L3: the choice's GB/s over memset's, the worse scenario."""
+    near_l3_best: float | None = None
+    """The same for the routine with the highest such ratio: what the goal
+    can ask for where it is below OVER_MEMSET_NEAR_L3."""
 
     @property
     def ok(self) -> bool:
@@ -181,7 +187,12 @@ class Verdict:
             return False
         if self.memset_score is not None and self.score < self.memset_score * slack:
             return False
-        return self.near_l3_ratio is None or self.near_l3_ratio >= OVER_MEMSET_NEAR_L3 * slack
+        if self.near_l3_ratio is None:
+            return True
+        goal = OVER_MEMSET_NEAR_L3
+        if self.near_l3_best is not None:
+            goal = min(goal, self.near_l3_best)
+        return self.near_l3_ratio >= goal * slack
 
     def why(self) -> str:
         if self.score is None:
@@ -192,6 +203,8 @@ class Verdict:
             parts.append("memset %.2f" % self.memset_score)
         if self.near_l3_ratio is not None:
             parts.append("%.2fx memset near the L3" % self.near_l3_ratio)
+            if self.near_l3_best is not None and self.near_l3_best < OVER_MEMSET_NEAR_L3:
+                parts.append("no routine above %.2fx (memset streams there)" % self.near_l3_best)
         return ", ".join(parts)
 
 
@@ -211,12 +224,16 @@ def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
 
     best, best_score = best_static(routines)
     refs = [x for x in (score(n) for n in ("libc", *rivals)) if x is not None]
-    near = None
+    near = near_best = None
     if near_l3 and score(choice) is not None and "libc" in routines[next(iter(cases))]:
-        near = min(cases[sc][choice] / cases[sc]["libc"] for sc in cases)
+        def over_memset(name: str) -> float:
+            return min(cases[sc][name] / cases[sc]["libc"] for sc in cases)
+        near = over_memset(choice)
+        rows = set.intersection(*(set(row) for row in routines.values()))
+        near_best = max(over_memset(n) for n in rows)
     return Verdict(size=0, choice=choice, score=score(choice), best=best,
                    best_score=best_score, memset_score=max(refs) if refs else None,
-                   near_l3_ratio=near)
+                   near_l3_ratio=near, near_l3_best=near_best)
 
 
 def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None

@@ -73,6 +73,22 @@ def test_scores_are_the_worse_ratio():
     assert _profile.scores({"warm": {"a": 1.0, "b": 2.0}, "cold": {"a": 1.0}}) == {"a": 0.5}
 
 
+def test_near_the_l3_the_goal_is_1_2x_memset_or_the_best_routine():
+    """At 1-4x the L3 the choice must reach 1.2x memset; where no routine
+    does (memset streams there itself), what the best routine reaches."""
+    reach = {"warm": {"libc": 50.0, "avx2_nt": 60.0, "rep_stosb": 56.0},
+             "cold": {"libc": 40.0, "avx2_nt": 48.0, "rep_stosb": 45.0}}
+    assert _profile.judge(reach, "avx2_nt", near_l3=True).ok
+    short = _profile.judge(reach, "rep_stosb", near_l3=True)   # within 10%, but 1.12x
+    assert short.score >= 0.9 and short.near_l3_best == pytest.approx(1.2)
+    assert not short.ok
+    streams = {"warm": {"libc": 77.0, "avx2_nt": 86.0, "rep_stosb": 76.0},
+               "cold": {"libc": 76.0, "avx2_nt": 85.0, "rep_stosb": 74.0}}
+    v = _profile.judge(streams, "avx2_nt", near_l3=True)
+    assert v.ok and v.near_l3_ratio < 1.2 and "memset streams there" in v.why()
+    assert not _profile.judge(streams, "rep_stosb", near_l3=True).ok
+
+
 def test_bad_profiles_are_refused(tmp_path):
     good = (CORPUS / "amd-epyc-zen3-kvm.json").read_text()
     import json
