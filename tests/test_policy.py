@@ -99,10 +99,31 @@ def test_amd_zen4_policy():
     th = _policy.default_thresholds(ZEN4, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
     assert th.nt_min == 32 * KiB              # 1/32 of the 1 MiB L2
-    assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
+    # Zen 4's vector streaming stores stay ahead of rep stosb at every length
+    assert (th.long, th.long_min) == ("", _policy.NEVER)
+    assert "Zen 4" in th.reason("long_min")
     assert plan_method(ZEN4, 16 * KiB) == "rep_stosb"
     assert plan_method(ZEN4, 1 * MiB) == "avx512_nt"
-    assert plan_method(ZEN4, 4 * GiB) == "rep_stosb"
+    assert plan_method(ZEN4, 4 * GiB) == "avx512_nt"
+
+
+@pytest.mark.parametrize("family, model, long", [
+    (0x17, 0x31, True),     # Zen 2: before Zen 4, as Zen 3
+    (0x19, 0x01, True),     # Zen 3 (Milan)
+    (0x19, 0x21, True),     # Zen 3 (Vermeer)
+    (0x19, 0x44, True),     # Zen 3+ (Rembrandt)
+    (0x19, 0x11, False),    # Zen 4 (Genoa)
+    (0x19, 0x61, False),    # Zen 4 (Raphael)
+    (0x19, 0x74, False),    # Zen 4 (Phoenix)
+    (0x19, 0xA0, False),    # Zen 4c (Bergamo)
+    (0x1A, 0x02, False),    # Zen 5: not measured, the vector stores as elsewhere
+])
+def test_the_long_rep_stosb_rule_is_amd_before_zen4(family, model, long):
+    cpu = dataclasses.replace(ZEN4, family=family, model=model)
+    assert _policy.long_rep_stosb(cpu) is long
+    th = _policy.default_thresholds(cpu, ALL)
+    assert (th.long == "rep_stosb") is long
+    assert not _policy.long_rep_stosb(dataclasses.replace(EMR_GUEST, family=family))
 
 
 def test_intel_guest_with_host_sized_l3():
