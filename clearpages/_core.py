@@ -68,7 +68,8 @@ if TYPE_CHECKING:
 
     def clear_many(bufs: Iterable[Any], *, method: Method = "auto",
                    threads: Threads = 1) -> None:
-        """Zero many buffers in one native call."""
+        """Zero many buffers (and tensors in CPU memory, through DLPack) in
+        one native call."""
 
     def clear_pages(buf: Any, pages: Any, *, page_size: int | str | None = None,
                     method: Method = "auto", threads: Threads = 1) -> None:
@@ -269,7 +270,12 @@ def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
     Raises (before anything is written) on the first unusable buffer."""
     addrs = array.array("Q")
     lens = array.array("Q")
+    tensors: list[int] = []
+    strided = -1
     for i, b in enumerate(bufs):
+        if _is_tensor(b):
+            tensors.append(i)
+            continue
         _fast.check_items(b, i)     # items that hold references are never cleared
         try:
             c = ffi.from_buffer(_CHARS, b, True)
@@ -286,7 +292,27 @@ def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
             raise type(e)("clear_many: buffer %d: %s" % (i, e)) from None
         addrs.extend(int(a) for a in runs[0])
         lens.extend(int(m) for m in runs[1])
+        strided = i
+    if tensors:
+        # The native entry takes tensors, and hands a call here only for
+        # a buffer it clears run by run from Python.
+        raise TypeError("clear_many: buffer %d is a tensor, which one call takes only "
+                        "beside buffers it can take whole, and %s: clear the tensors in a "
+                        "clear_many of their own" % (tensors[0], (
+                            "buffer %d is strided (cleared run by run)" % strided
+                            if strided >= 0 else "another buffer here is not")))
     return addrs, lens
+
+
+def _is_tensor(b: Any) -> bool:
+    """A DLPack producer without a buffer (a torch tensor, from Python)."""
+    if not hasattr(type(b), "__dlpack__"):
+        return False
+    try:
+        memoryview(b).release()
+    except TypeError:
+        return True
+    return False
 
 
 _INT_CODES = frozenset("bBhHiIlLqQ")

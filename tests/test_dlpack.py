@@ -244,6 +244,84 @@ def test_an_object_without_dlpack_says_what_is_taken():
         cp.clear(object())
 
 
+# ---- clear_many and nonzero_pages take tensors too ------------------------------
+
+
+def test_clear_many_takes_tensors_beside_buffers():
+    """Tensors (contiguous or strided) and buffers in one call: every byte
+    of each, and nothing beside them."""
+    a, b = filled(1000), filled((16, 12))
+    outside = filled((16, 12))
+    whole = np.full(4096 + 64, 7, np.uint8)
+    buf = whole[32:-32]
+    cp.clear_many([OnlyDLPack(a), buf, OnlyDLPack(b[::2, 3:9]), bytearray(b"\x01" * 9)])
+    assert not a.any() and not buf.any()
+    assert (whole[:32] == 7).all() and (whole[-32:] == 7).all()
+    expect = outside.copy()
+    expect[::2, 3:9] = 0
+    assert (b == expect).all()
+
+
+def test_clear_many_refuses_a_tensor_with_its_index_and_writes_nothing():
+    a = filled(64)
+    first = bytearray(b"\x05" * 64)
+    with pytest.raises(TypeError, match=r"clear_many: buffer 1: .*read-only"):
+        cp.clear_many([first, OnlyDLPack(_read_only(a))])
+    with pytest.raises(TypeError, match=r"clear_many: buffer 2: .*read-only"):
+        cp.clear_many([first, OnlyDLPack(a), OnlyDLPack(_read_only(a))])
+    assert first == bytearray(b"\x05" * 64) and a.all()
+    with pytest.raises(TypeError, match="buffer 1: the bytes is read-only"):
+        cp.clear_many([OnlyDLPack(a), bytes(8)])
+    assert a.all()
+
+
+def _read_only(a):
+    r = a.copy()
+    r.flags.writeable = False
+    return r
+
+
+def test_clear_many_of_a_tensor_and_a_strided_array_says_to_split_them():
+    """A strided numpy array is cleared run by run from Python, which takes
+    no tensors: the call says so, and nothing is written."""
+    a, s = filled(64), filled((8, 8))
+    with pytest.raises(TypeError, match=r"buffer 0 is a tensor.*buffer 1 is strided"):
+        cp.clear_many([OnlyDLPack(a), s[:, ::2]])
+    assert a.all() and s.all()
+    cp.clear_many([OnlyDLPack(a)])
+    cp.clear_many([s[:, ::2]])
+    assert not a.any() and not s[:, ::2].any() and s[:, 1::2].all()
+
+
+def test_clear_many_releases_every_export_once():
+    bufs = [(ctypes.c_uint8 * 64)(*range(1, 65)) for _ in range(3)]
+    made = [HandMade(b) for b in bufs]
+    cp.clear_many(made)
+    assert all(bytes(b) == bytes(64) for b in bufs) and [h.deleted for h in made] == [1] * 3
+    bufs = [(ctypes.c_uint8 * 64)(*range(1, 65)) for _ in range(3)]
+    made = [HandMade(bufs[0]), HandMade(bufs[1], device=2), HandMade(bufs[2])]
+    with pytest.raises(TypeError, match=r"clear_many: buffer 1: .*CUDA"):
+        cp.clear_many(made)
+    assert all(bytes(b) == bytes(range(1, 65)) for b in bufs)
+    assert [h.deleted for h in made] == [1, 1, 0]     # the third was never asked
+
+
+def test_nonzero_pages_of_a_tensor():
+    a = np.zeros(20000, np.float32)
+    a[[5, 3000, 3001, 19999]] = 1
+    before = a.copy()
+    t = OnlyDLPack(a)
+    want = np.flatnonzero(a.view(np.uint8).reshape(-1)[:len(a) * 4].astype(bool))
+    got = np.asarray(cp.nonzero_pages(t))
+    assert got.tolist() == sorted({int(i) // 4096 for i in want})
+    assert list(cp.nonzero_pages(OnlyDLPack(a), page_size=8)) == list(cp.nonzero_pages(a, 8))
+    with pytest.raises(ValueError, match=r"multiple of the item size \(4 bytes\)"):
+        cp.nonzero_pages(t, page_size=6)
+    with pytest.raises(ValueError, match="contiguous tensor; this one is strided"):
+        cp.nonzero_pages(OnlyDLPack(a.reshape(100, 200)[:, :10]))
+    assert (a == before).all()      # read, never written
+
+
 # ---- torch, when it is installed ------------------------------------------------
 
 
@@ -331,3 +409,34 @@ def test_torch_tensors_cp_cannot_write_are_refused(torch):
     with pytest.raises(TypeError, match="cannot be cleared in place"):
         cp.clear(s)
     assert s.to_dense().all()
+
+
+def test_torch_tensors_in_clear_many_and_nonzero_pages(torch):
+    x = torch.ones(64, 64)
+    y = torch.ones(3000, dtype=torch.int16)
+    v = x._version
+    cp.clear_many([x[:, :5], y, bytearray(3)])
+    assert not x[:, :5].any() and x[:, 5:].all() and not y.any()
+    assert x._version == v + 1
+    y[2048] = 1
+    assert list(cp.nonzero_pages(y)) == [1]
+
+
+
+def test_clear_many_with_a_producer_that_reloads_and_empties_the_list():
+    """A tensor's __dlpack__ runs Python code: it may reload the
+    configuration and change the caller's list; the call clears what the
+    list held when it was made, with a routine that exists after it."""
+    a, b = filled(512), filled(512)
+    items: list = []
+
+    class Meddler(OnlyDLPack):
+        def __dlpack__(self, **kw):
+            cp.reload_config()
+            items.clear()
+            return super().__dlpack__(**kw)
+
+    items.extend([Meddler(a), OnlyDLPack(b), bytearray(b"\x02" * 100)])
+    keep = items[2]
+    cp.clear_many(items, method=cp.methods()[0])
+    assert not a.any() and not b.any() and not any(keep)

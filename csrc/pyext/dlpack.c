@@ -327,6 +327,7 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
         return -1;
     }
     int64_t item = (int64_t)(bits / 8);
+    v->itemsize = (size_t)item;
     int nd = t->ndim;
     if (nd < 0 || nd > 64) {
         PyErr_Format(PyExc_TypeError, "cannot clear the %s: %d dimensions",

@@ -235,18 +235,85 @@ ENTRY_PAIR(fast_clear, do_clear)
 
 /* ---- many buffers ----------------------------------------------------------- */
 
+/* What clear_many holds while it clears: the buffers' views and the
+ * tensors' DLPack views, and the extents of them all (a strided tensor
+ * gives one per run, so they grow as they are added). */
 struct views {
     Py_buffer *v;
     Py_ssize_t n;       /* acquired so far */
+    struct dlpack_view *t;
+    Py_ssize_t nt;      /* tensors acquired so far */
+    char **addrs;
+    size_t *lens;
+    size_t m, cap;      /* extents so far, room for */
 };
 
 static void views_release(struct views *vs)
 {
     for (Py_ssize_t i = 0; i < vs->n; i++)
         PyBuffer_Release(&vs->v[i]);
+    for (Py_ssize_t i = 0; i < vs->nt; i++)
+        dlpack_release(&vs->t[i]);
     PyMem_Free(vs->v);
-    vs->v = NULL;
-    vs->n = 0;
+    PyMem_Free(vs->t);
+    PyMem_Free(vs->addrs);
+    PyMem_Free(vs->lens);
+    memset(vs, 0, sizeof *vs);
+}
+
+/* Room for k more extents. */
+static int views_reserve(struct views *vs, size_t k)
+{
+    if (vs->m + k <= vs->cap)
+        return 0;
+    size_t cap = vs->cap * 2 > vs->m + k ? vs->cap * 2 : vs->m + k;
+    char **a = PyMem_Realloc(vs->addrs, cap * sizeof *a);
+    if (a)
+        vs->addrs = a;
+    size_t *l = a ? PyMem_Realloc(vs->lens, cap * sizeof *l) : NULL;
+    if (l)
+        vs->lens = l;
+    if (!a || !l) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    vs->cap = cap;
+    return 0;
+}
+
+/* The tensors were written (wholly, or in part when the clear failed):
+ * their version counters are bumped; the clear's own error wins. */
+static int views_written(struct views *vs, int rc)
+{
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (rc < 0)
+        PyErr_Fetch(&type, &value, &tb);
+    for (Py_ssize_t i = 0; i < vs->nt; i++)
+        if (dlpack_written(&vs->t[i]) < 0) {
+            if (rc < 0)
+                PyErr_Clear();
+            else
+                rc = -1;
+        }
+    if (type || value || tb)
+        PyErr_Restore(type, value, tb);
+    return rc;
+}
+
+/* The refusal of tensor i of clear_many, with its place in the list. */
+static void prefix_index(Py_ssize_t i)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (type && PyErr_GivenExceptionMatches(type, PyExc_TypeError)) {
+        PyErr_Format(type, "clear_many: buffer %zd: %S", i, value ? value : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    PyErr_Restore(type, value, tb);
 }
 
 static const char *const many_pos[] = {"bufs"};
@@ -267,52 +334,77 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
         return NULL;
     int idx = AUTO, nthreads = threads_value(threads);
     PyObject *bad = NULL, *res = NULL;
-    struct views vs = {NULL, 0};
+    struct views vs;
+    memset(&vs, 0, sizeof vs);
     if (method_index(method) == DECLINE || nthreads == DECLINE)
         goto decline;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     vs.v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_buffer));
-    char **addrs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(char *));
-    size_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(size_t));
-    if (!vs.v || !addrs || !lens) {
+    if (!vs.v || views_reserve(&vs, (size_t)(n ? n : 1)) < 0) {
         PyErr_NoMemory();
         goto fail;
     }
     size_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *msg;
-        int got = acquire_writable(PyTuple_GET_ITEM(seq, i), &vs.v[i], &msg, i);
+        PyObject *item = PyTuple_GET_ITEM(seq, i), *msg;
+        if (__builtin_expect(!has_buffer(item), 0)) {
+            /* A tensor (no buffer, but __dlpack__): its extents, exported
+             * for the whole call (the GIL may be let go). */
+            if (!vs.t && !(vs.t = PyMem_Malloc((size_t)n * sizeof *vs.t))) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            int got = dlpack_acquire(item, &vs.t[vs.nt], 0);
+            if (got < 0) {
+                prefix_index(i);
+                goto fail;
+            }
+            if (got > 0) {
+                struct dlpack_view *dv = &vs.t[vs.nt++];
+                size_t k = dv->nruns ? dv->nruns : 1;
+                if (views_reserve(&vs, k) < 0)
+                    goto fail;
+                for (size_t r = 0; r < k; r++) {
+                    vs.addrs[vs.m] = dv->nruns ? dv->addrs[r] : dv->base;
+                    vs.lens[vs.m++] = dv->nruns ? dv->lens[r] : dv->len;
+                }
+                total += dv->len;
+                continue;
+            }
+            /* no __dlpack__ either: the refusal below */
+        }
+        int got = acquire_writable(item, &vs.v[vs.n], &msg, i);
         if (got < 0)
             goto fail;
         if (got > 0) {
+            /* Python says why, or clears it run by run (a strided array). */
             bad = Py_BuildValue("(nN)", i, msg);
             if (!bad)
                 goto fail;
-            PyMem_Free(addrs);
-            PyMem_Free(lens);
             views_release(&vs);
             goto decline;
         }
-        vs.n = i + 1;
-        addrs[i] = vs.v[i].buf;
-        lens[i] = (size_t)vs.v[i].len;
-        total += lens[i];
+        if (views_reserve(&vs, 1) < 0) {
+            PyBuffer_Release(&vs.v[vs.n]);
+            goto fail;
+        }
+        vs.addrs[vs.m] = vs.v[vs.n].buf;
+        vs.lens[vs.m++] = (size_t)vs.v[vs.n].len;
+        total += (size_t)vs.v[vs.n].len;
+        vs.n++;
     }
     if (call_debug_hook("acquired", NULL, total) < 0)
         goto fail;
     /* Again, after the items' __buffer__ methods and the hook (see clear). */
     idx = method_index(method);
     if (idx == DECLINE) {
-        PyMem_Free(addrs);
-        PyMem_Free(lens);
         views_release(&vs);
         goto decline;
     }
-    if (clear_extents(addrs, lens, (size_t)n, total, idx, nthreads) == 0)
+    int rc = clear_extents(vs.addrs, vs.lens, vs.m, total, idx, nthreads);
+    if (views_written(&vs, rc) == 0)
         res = Py_NewRef(Py_None);
 fail:
-    PyMem_Free(addrs);
-    PyMem_Free(lens);
     views_release(&vs);
     Py_DECREF(seq);
     return res;

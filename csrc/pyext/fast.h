@@ -173,6 +173,7 @@ struct dlpack_view {
     int direct;                 /* read without an export: keep the GIL */
     char *base;
     size_t len;
+    size_t itemsize;            /* bytes an element (0 where not read: a direct view) */
     char **addrs;
     size_t *lens;
     size_t nruns;

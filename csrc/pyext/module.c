@@ -45,7 +45,7 @@ static PyMethodDef module_methods[] = {
      "caller touches it; the rest is cleared with streaming stores."},
     {"clear_many", (PyCFunction)(void (*)(void))fast_clear_many, FASTCALL_KW,
      "clear_many(bufs, *, method=\"auto\", threads=1)\n--\n\n"
-     "Zero many buffers in one native call.\n\n"
+     "Zero many buffers (and tensors in CPU memory) in one native call.\n\n"
      "The routine is chosen from the total size, not each piece: a gigabyte of\n"
      "4 KiB buffers is a gigabyte of work.  Every buffer is checked before\n"
      "anything is written."},

@@ -81,9 +81,8 @@ static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError,
                  "clearpages.%s reads buffers (bytes, bytearray, memoryview, numpy "
-                 "array, mmap, array.array, ctypes array, Region)%s, not %s",
-                 fn, strcmp(fn, "is_zero") ? "" : " and tensors with __dlpack__ in CPU memory",
-                 Py_TYPE(buf)->tp_name);
+                 "array, mmap, array.array, ctypes array, Region) and tensors with "
+                 "__dlpack__ in CPU memory, not %s", fn, Py_TYPE(buf)->tp_name);
     return -1;
 }
 
@@ -377,8 +376,30 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (scan_ready() < 0)
         return NULL;
     Py_buffer view;
-    if (scan_acquire(pos[0], &view, "nonzero_pages") < 0)
-        return NULL;
+    struct dlpack_view dv;
+    int tensor = 0;
+    if (scan_acquire(pos[0], &view, "nonzero_pages") < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return NULL;
+        /* No buffer: a tensor through DLPack, else the TypeError stands. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int got = dlpack_acquire_read(pos[0], &dv);
+        if (got == 0) {
+            PyErr_Restore(type, value, tb);
+            return NULL;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (got < 0)
+            return NULL;
+        tensor = 1;
+        memset(&view, 0, sizeof view);
+        view.buf = dv.base;
+        view.len = (Py_ssize_t)dv.len;
+        view.itemsize = (Py_ssize_t)(dv.itemsize ? dv.itemsize : 1);
+    }
     PyObject *res = NULL;
     int64_t *out = NULL;
     size_t psize = scan_page_size(pos[1], pos[0]);
@@ -390,9 +411,9 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
                      "not %R", view.itemsize, view.itemsize == 1 ? "" : "s", pos[1]);
         goto done;
     }
-    if (view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
-        PyErr_SetString(PyExc_ValueError, "nonzero_pages needs a contiguous buffer; "
-                        "this one is strided");
+    if (tensor ? dv.nruns != 0 : view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
+        PyErr_Format(PyExc_ValueError, "nonzero_pages needs a contiguous %s; this one is "
+                     "strided", tensor ? "tensor" : "buffer");
         goto done;
     }
     size_t n = (size_t)view.len;
@@ -421,7 +442,10 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
                                 (Py_ssize_t)(found * sizeof(*out)));
 done:
     PyMem_Free(out);
-    PyBuffer_Release(&view);
+    if (tensor)
+        dlpack_release(&dv);
+    else
+        PyBuffer_Release(&view);
     return res;
 }
 
