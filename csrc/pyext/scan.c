@@ -199,22 +199,30 @@ static int scan_strided(const Py_buffer *v, int threads)
     }
 }
 
-/* is_zero of an object with no buffer: a tensor through DLPack (dlpack.c,
- * read-only ones too), else the pending TypeError stands. */
-static PyObject *is_zero_tensor(PyObject *buf, PyObject *threads)
+/* An object with no buffer (the TypeError of scan_acquire pending): a
+ * tensor through DLPack (dlpack.c, read-only ones too): 1 and *dv held;
+ * else -1, with the pending TypeError where it has no __dlpack__ either,
+ * or the tensor's refusal. */
+static int acquire_tensor(PyObject *buf, struct dlpack_view *dv)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    struct dlpack_view dv;
-    int got = dlpack_acquire_read(buf, &dv);
+    int got = dlpack_acquire_read(buf, dv);
     if (got == 0) {
         PyErr_Restore(type, value, tb);
-        return NULL;
+        return -1;
     }
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    if (got < 0)
+    return got;
+}
+
+/* is_zero of an object with no buffer: a tensor, else the TypeError. */
+static PyObject *is_zero_tensor(PyObject *buf, PyObject *threads)
+{
+    struct dlpack_view dv;
+    if (acquire_tensor(buf, &dv) < 0)
         return NULL;
     int t = threads ? scan_threads(threads, dv.len) : 1, zero = -1;
     if (t > 0) {
@@ -381,18 +389,7 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (scan_acquire(pos[0], &view, "nonzero_pages") < 0) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError))
             return NULL;
-        /* No buffer: a tensor through DLPack, else the TypeError stands. */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        int got = dlpack_acquire_read(pos[0], &dv);
-        if (got == 0) {
-            PyErr_Restore(type, value, tb);
-            return NULL;
-        }
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        if (got < 0)
+        if (acquire_tensor(pos[0], &dv) < 0)
             return NULL;
         tensor = 1;
         memset(&view, 0, sizeof view);
