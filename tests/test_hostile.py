@@ -158,6 +158,46 @@ def test_signals_during_clear_many(alarms):
         _count("test_signals_during_clear_many")
 
 
+class _Tensor:
+    """A numpy array behind nothing but __dlpack__: a tensor, as clearpages
+    sees one (its export is held for the call and released once)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_signals_during_clear_many_with_tensors(alarms):
+    np = pytest.importorskip("numpy")
+    rng = random.Random(SEED + 3)
+    for _ in range(ITERATIONS):
+        n = rng.choice((1 * MiB, 12 * MiB))
+        whole = np.full(n + 2 * GUARD, FILL, np.uint8)
+        inner = whole[GUARD:GUARD + n]
+        views = [inner[: n // 2], inner[n // 2:].reshape(-1, 64)[:, :32]]
+        small = [bytearray([FILL]) * rng.randrange(1, 9000) for _ in range(rng.choice((3, 300)))]
+        refs = [sys.getrefcount(v) for v in views]
+        bufs = [_Tensor(v) for v in views] + small
+        rng.shuffle(bufs)
+        alarms(_delay(rng), cp.clear_many, bufs, method=_methods(rng),
+               threads=rng.choice((1, 2, "auto")))
+        del bufs
+        assert [sys.getrefcount(v) for v in views] == refs, "a DLPack export leaked"
+        assert (whole[:GUARD] == FILL).all() and (whole[GUARD + n:] == FILL).all()
+        rest = inner[n // 2:].reshape(-1, 64)
+        assert (rest[:, 32:] == FILL).all(), "written beside the strided tensor"
+        assert np.isin(inner, (0, FILL)).all()
+        for b in small:
+            assert not b.translate(None, bytes([0, FILL]))
+            b.extend(b"x")          # BufferError if an export leaked
+        _count("test_signals_during_clear_many_with_tensors")
+
+
 def test_signals_during_clear_pages(alarms):
     rng = random.Random(SEED + 2)
     for _ in range(ITERATIONS):
