@@ -49,7 +49,7 @@ DEFAULT_WHY = {
 }
 
 #: The thresholds ``info`` and ``bench`` report.
-SHOWN = _calibration.FIELDS + ("chunk",)
+SHOWN = _calibration.FIELDS + ("chunk", "hot_max", "hot_max_other")
 
 #: The word info's table shows where a field's public name is older (JSON
 #: keeps the field's name).

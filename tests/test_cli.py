@@ -51,7 +51,7 @@ def test_info_subprocess():
     assert r.returncode == 0, r.stderr
     cpu = cp.cpu()
     for text in (cpu.vendor, "L1d", "L2", "L3", "thresholds (source: default)",
-                 "nt_min", "no CLEARPAGES_* variables set", "extension"):
+                 "nt_min", "hot_max_other", "no CLEARPAGES_* variables set", "extension"):
         assert text in r.stdout, text
     for name in cp.ALL_METHODS:
         assert name in r.stdout
