@@ -18,6 +18,7 @@ import ctypes
 import datetime
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,6 +146,8 @@ def page_loop() -> Callable[[str, int, int, int], None] | None:
         except (OSError, subprocess.CalledProcessError):
             _loop_lib = False
             return None
+        finally:
+            shutil.rmtree(d, ignore_errors=True)    # a loaded library needs no file
         lib.page_at_a_time.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                        ctypes.c_size_t, ctypes.c_size_t]
         lib.page_at_a_time.restype = None

@@ -3,7 +3,9 @@ and a way to change the CLEARPAGES_* configuration and put it back."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,10 +16,13 @@ import pytest
 # The suite must not depend on this user's calibration file: the default
 # place to look (and to write) is an empty cache directory of its own.
 # Set before clearpages is imported, since it reads the file at import.
+# Removed when the run ends.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clearpages-test-cache-")
 
 import clearpages as cp
 from clearpages import _dispatch, _native
+
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -276,3 +276,14 @@ def test_bad_environment_caught_by_the_program_is_a_config_error():
                    {"CLEARPAGES_METHOD": "bogus"})
     assert r.stdout.startswith("ConfigError CLEARPAGES_METHOD='bogus'")
     assert "Traceback" in r.stderr and "KeyError: 'mine'" in r.stderr   # others: as ever
+
+
+def test_a_test_run_leaves_no_cache_directory_behind(tmp_path):
+    """The suite points XDG_CACHE_HOME at a directory of its own (so that no
+    user's calibration file is read or written), and removes it at the end."""
+    from conftest import ROOT, run_python
+    r = run_python("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+                   "%r]))" % str(ROOT / "tests" / "test_sizes.py::test_plan_takes_a_size_in_words"),
+                   env={"TMPDIR": str(tmp_path)}, cwd=str(ROOT))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not list(tmp_path.glob("clearpages-test-cache-*"))
