@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any
 
 from ._native import ffi, lib
-from ._policy import Thresholds
+from ._policy import Thresholds, _evidence
 from ._units import format_size
 
 #: The learner's contexts, as plan() and info name them.
@@ -149,6 +149,27 @@ def describe(th: Thresholds, d: Any, nbytes: int, enabled: bool, forced: Any) ->
         return "adaptation is off (CLEARPAGES_ADAPT=0 or set_adaptive(False)): " \
                "the static choice above, always"
     return "outside the adaptive band %s: the static choice above, untimed" % band
+
+
+def describe_hot(th: Thresholds, nbytes: int) -> tuple[str, tuple[str, ...]] | None:
+    """plan(hot=True)'s ``learned`` and the evidence it cites, while adapting:
+    the learner's history of a buffer sets its hot tail (hot_max, or
+    hot_max_other for one not cleared lately).  None where both tails
+    cover nbytes alike."""
+    other, reuse = min(th.hot_max_other, th.hot_max), reuse_bytes(th)
+    if other >= min(nbytes, th.hot_max):
+        return None
+    size = format_size
+    words = ("hot=True is the program's word; the buffer's history sets how much "
+             "stays hot: " + (
+                 "the last %s as planned when it was cleared within the last %s of "
+                 "clears, else the last %s (hot_max_other: probably cold)"
+                 % (size(min(nbytes, th.hot_max)), size(reuse), size(other))
+                 if nbytes <= reuse else
+                 "the last %s (hot_max_other), as one of %s is never cleared again "
+                 "within %s of clears and probably not in the cache"
+                 % (size(other), size(nbytes), size(reuse))))
+    return words, _evidence(th, "hot_max_other")
 
 
 def info(th: Thresholds, enabled: bool, forced: Any) -> dict[str, Any]:

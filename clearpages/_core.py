@@ -419,23 +419,12 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
                                        else hot[1] - hot[0]))
     p = _policy.explain(st.thresholds, d, nbytes, count, threads=threads,
                         forced=st.forced, hot=hot)
-    th = st.thresholds
-    other, reuse = min(th.hot_max_other, th.hot_max), _adapt.reuse_bytes(th)
-    if (hot is True and st.adapt_min < st.adapt_max and st.forced is None
-            and other < min(nbytes, th.hot_max)):
-        size = _units.format_size
-        learned = ("hot=True is the program's word; the buffer's history sets how much "
-                   "stays hot: " + (
-                       "the last %s as planned when it was cleared within the last %s of "
-                       "clears, else the last %s (hot_max_other: probably cold)"
-                       % (size(min(nbytes, th.hot_max)), size(reuse), size(other))
-                       if nbytes <= reuse else
-                       "the last %s (hot_max_other), as one of %s is never cleared again "
-                       "within %s of clears and probably not in the cache"
-                       % (size(other), size(nbytes), size(reuse))))
+    hot_words = _adapt.describe_hot(st.thresholds, nbytes) if (
+        hot is True and st.adapt_min < st.adapt_max and st.forced is None) else None
+    if hot_words is not None:
+        learned, evidence = hot_words
         if not any(e.startswith("hot_max_other") for e in p.evidence):
-            p = dataclasses.replace(p, evidence=p.evidence + _policy._evidence(
-                th, "hot_max_other"))
+            p = dataclasses.replace(p, evidence=p.evidence + evidence)
     elif hot is not None:
         learned = "not adaptive: hot= is the program's word, never overridden"
     elif not d.adaptive and (count > 1 or d.threads > 1):

@@ -111,6 +111,24 @@ def check_guarded(np, whole, start: int, n: int, fill: int = FILL) -> None:
                                  % (name, at + bad - start, part[bad]))
 
 
+class OnlyDLPack:
+    """A numpy array behind nothing but __dlpack__ (no buffer protocol): a
+    tensor, as clearpages sees one.  force: keywords its export always gets;
+    calls: the keywords each export was asked with."""
+
+    def __init__(self, a, **force):
+        self.a = a
+        self.force = force
+        self.calls = []
+
+    def __dlpack__(self, **kw):
+        self.calls.append(kw)
+        return self.a.__dlpack__(**{**kw, **self.force})
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 60,
                **kw) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter with this checkout first on the path."""

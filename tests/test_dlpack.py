@@ -6,28 +6,13 @@ import ctypes
 import sys
 
 import pytest
+from conftest import OnlyDLPack
 
 import clearpages as cp
 
 np = pytest.importorskip("numpy")
 
 KiB = 1 << 10
-
-
-class OnlyDLPack:
-    """A numpy array behind nothing but __dlpack__ (no buffer protocol)."""
-
-    def __init__(self, a, **force):
-        self.a = a
-        self.force = force
-        self.calls = []
-
-    def __dlpack__(self, **kw):
-        self.calls.append(kw)
-        return self.a.__dlpack__(**{**kw, **self.force})
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 class OldDLPack(OnlyDLPack):

@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from conftest import run_python
+from conftest import OnlyDLPack, run_python
 
 import clearpages as cp
 from clearpages import _dispatch
@@ -158,20 +158,6 @@ def test_signals_during_clear_many(alarms):
         _count("test_signals_during_clear_many")
 
 
-class _Tensor:
-    """A numpy array behind nothing but __dlpack__: a tensor, as clearpages
-    sees one (its export is held for the call and released once)."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack__(self, **kw):
-        return self.a.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-
 def test_signals_during_clear_many_with_tensors(alarms):
     np = pytest.importorskip("numpy")
     rng = random.Random(SEED + 3)
@@ -182,7 +168,7 @@ def test_signals_during_clear_many_with_tensors(alarms):
         views = [inner[: n // 2], inner[n // 2:].reshape(-1, 64)[:, :32]]
         small = [bytearray([FILL]) * rng.randrange(1, 9000) for _ in range(rng.choice((3, 300)))]
         refs = [sys.getrefcount(v) for v in views]
-        bufs = [_Tensor(v) for v in views] + small
+        bufs = [OnlyDLPack(v) for v in views] + small
         rng.shuffle(bufs)
         alarms(_delay(rng), cp.clear_many, bufs, method=_methods(rng),
                threads=rng.choice((1, 2, "auto")))

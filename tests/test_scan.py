@@ -17,7 +17,7 @@ import mmap
 import random
 
 import pytest
-from conftest import run_python
+from conftest import OnlyDLPack, run_python
 
 import clearpages as cp
 from clearpages import _dispatch, _scan
@@ -437,30 +437,17 @@ def test_nothing_is_written():
         assert f.read() == bytes(3 * 4096) + b"\x01"
 
 
-class _Producer:
-    """Only DLPack: no buffer of its own (as a torch tensor from Python's view)."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack__(self, **kw):
-        return self.a.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-
 def test_is_zero_reads_tensors_through_dlpack():
     a = np.zeros((300, 40), dtype=np.float32)
-    assert cp.is_zero(_Producer(a))
+    assert cp.is_zero(OnlyDLPack(a))
     a[299, 39] = 1
-    assert not cp.is_zero(_Producer(a))
-    assert cp.is_zero(_Producer(a[:299]))               # a view: its own bytes only
-    assert not cp.is_zero(_Producer(a[:, ::3][::-1]))   # strided runs
-    assert cp.is_zero(_Producer(a[:, :39]))
+    assert not cp.is_zero(OnlyDLPack(a))
+    assert cp.is_zero(OnlyDLPack(a[:299]))               # a view: its own bytes only
+    assert not cp.is_zero(OnlyDLPack(a[:, ::3][::-1]))   # strided runs
+    assert cp.is_zero(OnlyDLPack(a[:, :39]))
     ro = np.zeros(5000, dtype=np.int64)
     ro.flags.writeable = False                          # read-only: read all the same
-    assert cp.is_zero(_Producer(ro), threads=2)
-    assert cp.is_zero(_Producer(np.zeros(0)))
+    assert cp.is_zero(OnlyDLPack(ro), threads=2)
+    assert cp.is_zero(OnlyDLPack(np.zeros(0)))
     with pytest.raises(TypeError, match="__dlpack__"):
         cp.is_zero(object())

@@ -52,6 +52,26 @@ static int hot_range(PyObject *hot, size_t n, size_t *start, size_t *stop)
     return 1;
 }
 
+/* n tensors were written (wholly, or in part when the clear failed, rc <
+ * 0): each one's version counter is bumped, so that autograd knows.  The
+ * clear's own error (KeyboardInterrupt) wins over a bump's. */
+static int views_written(struct dlpack_view *t, size_t n, int rc)
+{
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (rc < 0)
+        PyErr_Fetch(&type, &value, &tb);
+    for (size_t i = 0; i < n; i++)
+        if (dlpack_written(&t[i]) < 0) {
+            if (rc < 0)
+                PyErr_Clear();
+            else
+                rc = -1;
+        }
+    if (type || value || tb)
+        PyErr_Restore(type, value, tb);
+    return rc;
+}
+
 /* clear() of a tensor taken through DLPack (dlpack.c); the view is
  * released here.  hot: NULL, True/False (the word for the whole tensor) or
  * a (start, stop) pair, which needs a tensor that tiles its bytes. */
@@ -90,17 +110,8 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
         else
             rc = clear_extent(dv->base, dv->len, idx, nthreads);
     }
-    /* Written, wholly or (interrupted) in part: autograd must know.  The
-     * clear's own error (KeyboardInterrupt) wins over the bump's. */
-    if (rc == 0) {
-        rc = dlpack_written(dv);
-    } else {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (dlpack_written(dv) < 0)
-            PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-    }
+    /* Written, wholly or (interrupted) in part: autograd must know. */
+    rc = views_written(dv, 1, rc);
     dlpack_release(dv);
     if (rc < 0)
         return NULL;
@@ -281,24 +292,6 @@ static int views_reserve(struct views *vs, size_t k)
     return 0;
 }
 
-/* The tensors were written (wholly, or in part when the clear failed):
- * their version counters are bumped; the clear's own error wins. */
-static int views_written(struct views *vs, int rc)
-{
-    PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (rc < 0)
-        PyErr_Fetch(&type, &value, &tb);
-    for (Py_ssize_t i = 0; i < vs->nt; i++)
-        if (dlpack_written(&vs->t[i]) < 0) {
-            if (rc < 0)
-                PyErr_Clear();
-            else
-                rc = -1;
-        }
-    if (type || value || tb)
-        PyErr_Restore(type, value, tb);
-    return rc;
-}
 
 /* The refusal of tensor i of clear_many, with its place in the list. */
 static void prefix_index(Py_ssize_t i)
@@ -402,7 +395,7 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
         goto decline;
     }
     int rc = clear_extents(vs.addrs, vs.lens, vs.m, total, idx, nthreads);
-    if (views_written(&vs, rc) == 0)
+    if (views_written(vs.t, (size_t)vs.nt, rc) == 0)
         res = Py_NewRef(Py_None);
 fail:
     views_release(&vs);

@@ -106,30 +106,39 @@ static int scan_extent(const char *p, size_t n, int threads)
     return 1;
 }
 
-/* A contiguous buffer whose pages never touched are not read: they read
- * as zero (core/untouched.c; where the policy would look for them in a
- * clear of that size).  Reading them would map the zero page into each,
- * a fault per 4 KiB page, slower than the scan itself.  The three bytes
- * first, so that a nonzero one still answers at once. */
-static int scan_contiguous(const char *p, size_t n, int threads)
+/* The extents of [p, p + n) that hold memory in use, where the policy
+ * would look for untouched pages in a clear of n bytes (core/untouched.c):
+ * 1 and *kept, *m set (free with extents_free); 0 where it would not look
+ * or the look cannot tell: read it all.  Below the policy's minimum no
+ * decision is asked for: at 64 KiB in cache it would be a tenth of the
+ * call. */
+static int touched_extents(const char *p, size_t n, struct cp_extent **kept, size_t *m)
 {
-    /* Below the policy's minimum for the look (its decision would say no)
-     * the scan runs at once: at 64 KiB in cache the decision would be a
-     * tenth of the call. */
     if (!cfg.policy.untouched_min || n < cfg.policy.untouched_min)
-        return scan_extent(p, n, threads);
+        return 0;
     struct cp_decision d;
     decide(n, 1, AUTO, 1, 0, 0, &d);
     if (!d.skip_untouched)
-        return scan_extent(p, n, threads);
-    if (p[0] | p[n - 1] | p[n / 2])
         return 0;
-    struct cp_extent whole = {(char *)p, n}, *kept = NULL;
-    size_t m;
+    struct cp_extent whole = {(char *)p, n};
     Py_BEGIN_ALLOW_THREADS
-    m = nat->untouched_trim(&whole, 1, &kept);
+    *m = nat->untouched_trim(&whole, 1, kept);
     Py_END_ALLOW_THREADS
-    if (m == (size_t)-1)
+    return *m != (size_t)-1;
+}
+
+/* A contiguous buffer whose pages never touched are not read: they read
+ * as zero.  Reading them would map the zero page into each, a fault per
+ * 4 KiB page, slower than the scan itself.  Where the look may be made,
+ * the three bytes first, so that a nonzero one still answers at once. */
+static int scan_contiguous(const char *p, size_t n, int threads)
+{
+    if (cfg.policy.untouched_min && n >= cfg.policy.untouched_min
+        && (p[0] | p[n - 1] | p[n / 2]))
+        return 0;
+    struct cp_extent *kept;
+    size_t m;
+    if (!touched_extents(p, n, &kept, &m))
         return scan_extent(p, n, threads);
     int zero = 1;
     for (size_t i = 0; i < m && zero == 1; i++)
@@ -292,27 +301,16 @@ static int scan_pages(const char *base, size_t n, size_t psize, size_t first, si
     return 0;
 }
 
-/* The nonzero pages of a contiguous buffer.  Where the policy would look
- * for untouched pages in a clear of this size, only the pages that hold
- * some of the memory in use are read (core/untouched.c): the others are
- * zero, and reading them would fault the zero page into each. */
+/* The nonzero pages of a contiguous buffer: where the look for untouched
+ * pages is made, only the pages that hold some of the memory in use are
+ * read (the others are zero). */
 static int nonzero_pages_touched(const char *base, size_t n, size_t psize, int t,
                                  int64_t *out, size_t *found)
 {
-    size_t npages = n / psize + (n % psize != 0);
-    struct cp_decision d;
-    if (!cfg.policy.untouched_min || n < cfg.policy.untouched_min)
-        return scan_pages(base, n, psize, 0, npages, t, out, found);
-    decide(n, 1, AUTO, 1, 0, 0, &d);
-    if (!d.skip_untouched)
-        return scan_pages(base, n, psize, 0, npages, t, out, found);
-    struct cp_extent whole = {(char *)base, n}, *kept = NULL;
+    struct cp_extent *kept;
     size_t m;
-    Py_BEGIN_ALLOW_THREADS
-    m = nat->untouched_trim(&whole, 1, &kept);
-    Py_END_ALLOW_THREADS
-    if (m == (size_t)-1)
-        return scan_pages(base, n, psize, 0, npages, t, out, found);
+    if (!touched_extents(base, n, &kept, &m))
+        return scan_pages(base, n, psize, 0, n / psize + (n % psize != 0), t, out, found);
     int rc = 0;
     size_t next = 0;            /* the first page not yet read */
     for (size_t i = 0; i < m && rc == 0; i++) {
