@@ -1,7 +1,7 @@
 """Shared pieces of the benchmark suite and the reproduction scripts.
 
 Buffers and the bound clear calls are the package's measurement engine's
-(clearpages/_measure.py): anonymous mmaps, 2 MiB-aligned and advised
+(clearpages/tools/measure.py): anonymous mmaps, 2 MiB-aligned and advised
 MADV_HUGEPAGE (THP in madvise mode would otherwise give 4 KiB pages and the
 clear would measure page faults), written once so that no timed clear pays for
 faulting.
@@ -33,8 +33,8 @@ except ImportError:     # `python bench/x.py` from a checkout: sys.path[0] is be
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import clearpages as cp
 
-from clearpages import _measure
-from clearpages._units import format_size
+from clearpages.tools import measure as _measure
+from clearpages.tools.lowlevel import format_size
 
 try:
     import numpy as np
@@ -65,7 +65,7 @@ def fmt_size(n: int) -> str:
 
 def size_arg(text: str) -> int:
     """argparse type for sizes: 4096, 64K, 1G (binary units)."""
-    from clearpages._config import parse_size
+    from clearpages.tools.lowlevel import parse_size
 
     return parse_size(text)
 
@@ -89,7 +89,7 @@ def scaled(nbytes: int, scale: float, align: int = PMD) -> int:
 # ---- buffers and what to time: the package's measurement engine ----------
 
 #: Prefaulted, 2 MiB-aligned, THP-advised anonymous memory: ``view``,
-#: ``address``, ``ptr``, ``size``, ``numpy()`` (clearpages/_measure.py).
+#: ``address``, ``ptr``, ``size``, ``numpy()`` (clearpages/tools/measure.py).
 Buffer = _measure.Buffer
 
 
@@ -154,8 +154,7 @@ def page_loop() -> Callable[[str, int, int, int], None] | None:
         _loop_lib = lib
     if _loop_lib is False:
         return None
-    from clearpages._dispatch import state
-    from clearpages._native import ffi
+    from clearpages.tools.lowlevel import ffi, state
 
     loop = _loop_lib.page_at_a_time
 
@@ -193,11 +192,11 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
 
 def machine_label() -> str:
     """CPU, kernel, date: printed above every table."""
-    from clearpages import _system
+    from clearpages.tools.lowlevel import memory_total
 
     c = cp.cpu()
     model = c.brand
-    total = _system.memory_total()
+    total = memory_total()
     mem = ", %d GiB RAM" % round(total / GiB) if total else ""
     caches = ", ".join("%s %s" % (k, fmt_size(v)) for k, v in
                        (("L1d", c.l1d), ("L2", c.l2), ("L3", c.l3)) if v)

@@ -41,9 +41,7 @@ import _common
 import pytest
 
 import clearpages as cp
-from clearpages._dispatch import state
-from clearpages._native import ffi, lib
-from clearpages._routines import BY_NAME
+from clearpages.tools.lowlevel import BY_NAME, ffi, lib, state
 
 SIZES = ("1M", "4M", "8M", "16M")
 WARMUP = 10         # untimed calls before each timed block

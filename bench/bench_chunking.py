@@ -2,7 +2,7 @@
 
 clear(buf, method=X) on a buffer larger than one chunk goes through a native
 job (32 MiB units between deadline checks, back in Python every ~40 ms for
-Ctrl-C); the baseline calls clearpages._native.lib.cp_clear_X(ptr, n) once.
+Ctrl-C); the baseline calls clearpages.tools.lowlevel.lib.cp_clear_X(ptr, n) once.
 Goal (issue 3): under 2% cost.  A second table sweeps the unit size through
 the job API directly (what "measure and choose" the chunk rests on).
 
@@ -62,29 +62,20 @@ UNITS = (2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB)
                                   for u in UNITS])
 @pytest.mark.benchmark(group="chunk unit sweep")
 def test_unit(benchmark, buffers, unit):
-    from clearpages._dispatch import SLICE_NS, state
-    from clearpages._native import ffi, lib
+    from clearpages.tools.lowlevel import run_job, state
 
     size = FULL
     buf = buffers.get(size)
     method = _common.streaming_methods()[0] if _common.streaming_methods() else "libc"
-    ptr = ffi.cast("char *", buf.address)
-    _state = state()
 
     def fn():
         # The job machinery itself, with a unit no public call takes.
-        job = lib.cp_job_new(ffi.new("char *[]", [ptr]), ffi.new("size_t[]", [size]), 1)
-        try:
-            assert lib.cp_job_configure(job, _state.pointer[method], unit, 1, 0) == 0
-            while lib.cp_job_run(job, SLICE_NS) == 0:
-                pass
-        finally:
-            lib.cp_job_free(job)
+        run_job(buf.address, size, method, unit)
 
     _common.run_bench(benchmark, fn, suite=UNITS_SUITE, label=fmt_size(unit), variant=method,
                       nbytes=size, total=0, rounds=6, iterations=1)
     assert buf.view[0] == 0 and buf.view[size - 1] == 0
-    assert _state.direct[method] is not None
+    assert state().direct[method] is not None
 
 
 @_common.summary_of(SUITE)

@@ -22,11 +22,11 @@ import time
 import _common
 from _common import GiB, cp
 
-from clearpages._dispatch import state
+from clearpages.tools.lowlevel import state
 
 
 def run(size: int = GiB, rounds: int = 15) -> tuple[str, dict[str, float]]:
-    from clearpages._native import ffi
+    from clearpages.tools.lowlevel import ffi
 
     buf = _common.Buffer(size)
     view = buf.view

@@ -18,7 +18,7 @@ import _common
 import pytest
 from _common import GiB, KiB, MiB, cp, fmt_size, ratio
 
-from clearpages import _measure
+from clearpages.tools import measure as _measure
 
 SUITE = "methods"
 SIZES = (4 * KiB, 64 * KiB, 1 * MiB, 8 * MiB, 32 * MiB, 64 * MiB, 128 * MiB,

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clearpages as cp
-from clearpages._config import parse_size
+from clearpages.tools.lowlevel import parse_size
 
 
 def ns_per_call(fn, number: int) -> float:

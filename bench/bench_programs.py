@@ -3,7 +3,7 @@
 Pad a batch, a scratch buffer, a page pool and a wipe, each warm (the same
 buffer every step) and cold (a different buffer of a >= 512 MiB pool every
 step), and a hot scratch buffer with cold pool pages in turn (the mixed
-program); every candidate interleaved in one process (clearpages/_programs.py
+program); every candidate interleaved in one process (clearpages/tools/programs.py
 says what each step does and how it is timed).  Prints auto's ratio to the
 best candidate per workload, case and size, with the interquartile range of
 the per-round ratio, and the goals table:
@@ -25,8 +25,8 @@ from typing import Any
 import _common
 import pytest
 
-from clearpages import _measure, _programs
-from clearpages._units import format_size
+from clearpages.tools import measure as _measure, programs as _programs
+from clearpages.tools.lowlevel import format_size
 
 
 def main(argv: list[str] | None = None) -> int:

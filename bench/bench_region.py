@@ -47,9 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clearpages as cp
-from clearpages import _region, _system
-from clearpages._config import parse_size
-from clearpages._native import lib
+from clearpages.tools.lowlevel import format_size, hugetlb_pages, lib, parse_size, thp_mode
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PAGE = 4 * KiB
@@ -58,7 +56,7 @@ SIZE = parse_size(os.environ.get("CLEARPAGES_BENCH_SIZE", "1G"), "CLEARPAGES_BEN
 
 
 def fmt_size(n: int) -> str:
-    return _region._fmt_size(n)
+    return format_size(n)
 
 
 # ---- helpers ---------------------------------------------------------------
@@ -68,7 +66,7 @@ def fmt_size(n: int) -> str:
 def gigantic_pages(n: int) -> Iterator[str | None]:
     """Yields None when n free 1 GiB hugetlb pages are at hand (reserved as
     root if need be, and given back), else the reason they are not."""
-    pool = _region.hugetlb_pages(GiB)
+    pool = hugetlb_pages(GiB)
     if pool["nr"] is None:
         yield "no 1 GiB hugetlb pool on this system"
         return
@@ -83,7 +81,7 @@ def gigantic_pages(n: int) -> Iterator[str | None]:
     try:
         with open(pool["path"], "w") as f:
             f.write("%d\n" % (original + n - usable))
-        now = _region.hugetlb_pages(GiB)
+        now = hugetlb_pages(GiB)
         yield None if now["free"] - now["reserved"] >= n else \
             "the kernel could not allocate %d 1 GiB page(s)" % n
     finally:
@@ -274,7 +272,7 @@ def table_resize(size: int, rounds: int) -> tuple[list[tuple[str, ...]], dict[st
 
 
 def _ffi():
-    from clearpages._native import ffi
+    from clearpages.tools.lowlevel import ffi
 
     return ffi
 
@@ -369,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     info = cp.cpu()
     print("clearpages Region benchmarks: %s, %s, Linux %s, THP %s; size %s, best of %d"
           % (info.brand or info.vendor, "Python %d.%d" % sys.version_info[:2],
-             os.uname().release, _system.thp_mode(), fmt_size(size), args.rounds))
+             os.uname().release, thp_mode(), fmt_size(size), args.rounds))
     if args.only in (None, "populate"):
         print_table("1. kernel fault-in (populate) vs user-space clear of the same region",
                     ("pages", "size", "populate GB/s", "clear GB/s", "clear faster by",

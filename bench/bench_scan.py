@@ -29,7 +29,7 @@ import _common
 import pytest
 from _common import GiB, KiB, MiB, cp, ratio
 
-from clearpages import _fast, _policy
+from clearpages.tools.lowlevel import UNTOUCHED_MIN, fast as _fast
 
 np = pytest.importorskip("numpy")
 
@@ -189,12 +189,12 @@ def test_look_cost(benchmark, n):
     try:
         for r in range(rounds):
             for look in ((True, False) if r % 2 else (False, True)):
-                _fast.set_untouched(_policy.UNTOUCHED_MIN if look else 0)
+                _fast.set_untouched(UNTOUCHED_MIN if look else 0)
                 t0 = time.perf_counter_ns()
                 cp.clear(a)
                 times[look].append(time.perf_counter_ns() - t0)
     finally:
-        _fast.set_untouched(_policy.UNTOUCHED_MIN)
+        _fast.set_untouched(UNTOUCHED_MIN)
     benchmark.pedantic(cp.clear, args=(a,), rounds=5, iterations=1)
     label = "look %s" % _common.fmt_size(n)
     for look, xs in times.items():

@@ -5,7 +5,7 @@ Between a few KiB and a few times the L3 the winner depends less on the
 size than on whether the lines are cached: cleared again right after it was
 written a buffer is "warm" (ordinary stores hit the cache), cleared after
 other work evicted it "cold" (streaming stores skip the read-for-ownership).
-The measurement is the package's own (``clearpages._measure``: warm = the
+The measurement is the package's own (``clearpages.tools.measure``: warm = the
 same buffer back to back, cold = a different buffer each call walking a pool
 much larger than the L3), the routines called directly, auto as
 ``clearpages.clear(view)``.  The last column is each routine's score, the
@@ -21,14 +21,15 @@ import argparse
 
 import _common
 
-from clearpages import _core, _measure, _profile
-from clearpages._units import format_size
+import clearpages as cp
+from clearpages.tools import measure as _measure, profile as _profile
+from clearpages.tools.lowlevel import format_size
 
 SIZES = ("64K", "1M", "4M", "8M", "16M", "32M", "64M")
 
 
 def run(sizes: list[int], repeat: int = 7, target_s: float = 0.002) -> str:
-    names = list(_core.methods())
+    names = list(cp.methods())
     cands = [_measure.routine(n) for n in names] + [_measure.auto()]
     rows = []
     for size, cases in zip(sizes, _measure.measure(sizes, cands, repeat=repeat,

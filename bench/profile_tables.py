@@ -16,8 +16,8 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on the path)
 
-from clearpages import _profile
-from clearpages._units import format_size
+from clearpages.tools import profile as _profile
+from clearpages.tools.lowlevel import format_size
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "profiles"

@@ -31,12 +31,12 @@ def _routines() -> list[str]:
 
 
 def _job_loop(method: str, addr: int, nbytes: int, piece: int) -> None:
-    """Fallback without a C compiler: a job whose unit is the piece calls
-    the routine once per unit (plus a clock read per unit)."""
-    from clearpages._core import _run, ffi, lib
+    """Fallback without a C compiler: a job whose first unit is the piece
+    (later units are sized by time) calls the routine once per unit (plus
+    a clock read per unit)."""
+    from clearpages.tools.lowlevel import run_job
 
-    _run(lib.cp_job_new(ffi.new("char *[]", [ffi.cast("char *", addr)]),
-                        ffi.new("size_t[]", [nbytes]), 1), method, piece, 1)
+    run_job(addr, nbytes, method, piece)
 
 
 def run(quick: bool = False, region: int | None = None, rounds: int | None = None) -> str:

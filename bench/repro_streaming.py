@@ -74,7 +74,7 @@ def run(quick: bool = False, size: int | None = None, rounds: int | None = None,
     size = size or (GiB if quick else 4 * GiB)
     rounds = rounds or (3 if quick else 8)
     gib = size / GiB
-    from clearpages._routines import BY_NAME
+    from clearpages.tools.lowlevel import BY_NAME
 
     methods = [m for m in ORDER if m == "auto" or m in cp.methods()]
     rows = []

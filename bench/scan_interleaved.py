@@ -30,7 +30,7 @@ import timeit
 import numpy as np
 
 import clearpages as cp
-from clearpages import _fast
+from clearpages.tools.lowlevel import fast as _fast
 
 PAGE = 4096
 

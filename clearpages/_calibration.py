@@ -2,7 +2,7 @@
 
 glibc, the kernel and aocl-libmem derive their crossovers from cache sizes
 and never measure.  ``python -m clearpages calibrate`` measures them here
-(``_calibrate.py``); this module reads and writes what it found.
+(``tools/calibrate.py``); this module reads and writes what it found.
 
 The file lives in ``$XDG_CACHE_HOME/clearpages/`` (``~/.cache/clearpages/``)
 under a name derived from the CPU's identity, which it also records: a file

@@ -3,7 +3,7 @@
 ConfigError (a bad CLEARPAGES_* value) is defined with the reading of the
 environment, in _config, which everything else imports first, and comes
 from here too; MissingCalibration (_calibration) and the command line's
-UsageError (__main__) are ConfigError and an internal signal of one module."""
+UsageError (tools.cli) are ConfigError and an internal signal of one module."""
 
 from __future__ import annotations
 

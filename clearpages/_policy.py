@@ -160,7 +160,7 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 
 #: The temporal / streaming crossover is set by the cold case.  A routine
 #: is judged by its worse case (the lower of its ratios to the best routine
-#: on warm and on cold buffers, see _profile.py), because only the program
+#: on warm and on cold buffers, see tools/profile.py), because only the program
 #: knows which it has.  A cold clear with ordinary stores pays a
 #: read-for-ownership per line from memory; streaming stores do not.
 #: Measured on Zen 3 (512 KiB L2; profiles/ and calibrate runs): temporal

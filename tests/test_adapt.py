@@ -643,7 +643,7 @@ def test_plan_stays_the_static_choice(config):
 def test_info_shows_adaptation(config):
     import io
 
-    from clearpages import __main__ as cli
+    from clearpages.tools import cli
     config({})
     n = cp.thresholds().adapt_min
     if cp.adaptive():

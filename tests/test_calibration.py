@@ -13,9 +13,10 @@ import warnings
 import pytest
 
 import clearpages as cp
-from clearpages import _calibrate, _calibration as cal, _dispatch, _measure, _policy
+from clearpages import _calibration as cal, _dispatch, _policy
 from clearpages._policy import KiB, MiB
 from clearpages._routines import BY_NAME
+from clearpages.tools import calibrate as _calibrate, measure as _measure
 
 STREAMING = [m for m in cp.methods() if not BY_NAME[m].temporal]
 

@@ -14,9 +14,9 @@ from conftest import ROOT
 
 import clearpages as cp
 from clearpages import _calibration
-from clearpages.__main__ import main
-from clearpages._output import Progress
 from clearpages._routines import BY_NAME
+from clearpages.tools.cli import main
+from clearpages.tools.output import Progress
 
 TINY = ["--repeat", "2", "--target-ms", "0.05", "--budget-s", "0.2", "--quiet"]
 
@@ -78,7 +78,7 @@ def test_info_json_reports_disable_and_environment():
 
 
 def test_info_in_process_lists_every_feature_with_status():
-    from clearpages._report import info_data
+    from clearpages.tools.report import info_data
 
     rc, out = call("info")
     assert rc == 0
@@ -216,7 +216,7 @@ def test_bench_scan_alone(tmp_path):
 
 
 def test_bench_profile_writes_a_profile_and_replays_it(tmp_path):
-    from clearpages import _profile
+    from clearpages.tools import profile as _profile
 
     path = tmp_path / "here.json"
     rc, out = call("bench", "--profile", str(path), "--sizes", "4K,64K", *TINY)
@@ -342,10 +342,12 @@ def test_calibrate_default_location_subprocess(private_cache):
 
 
 def test_console_script_entry_point():
-    import clearpages.__main__ as m
-    assert callable(m.main)
+    from clearpages.tools import cli
+
+    assert callable(cli.main)
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'clearpages = "clearpages.__main__:main"' in text
+    assert 'clearpages = "clearpages.tools.cli:main"' in text
+    assert '"clearpages.tools"' in text      # the subpackage goes into the wheel
 
 
 def test_calibrate_writes_the_file_calibration_names(tmp_path):

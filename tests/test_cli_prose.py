@@ -11,7 +11,7 @@ from test_cli import CAL_TINY, TINY
 
 import clearpages as cp
 from clearpages import _policy
-from clearpages.__main__ import main, parser
+from clearpages.tools.cli import main, parser
 
 WIDTH = 100
 
@@ -45,7 +45,7 @@ def test_calibrate_fits_in_100_columns(tmp_path):
 
 
 def test_tables_wrap_their_last_column_under_itself():
-    from clearpages._output import table
+    from clearpages.tools.output import table
 
     out = io.StringIO()
     table([("a", "word " * 40)], ("name", "prose"), out)

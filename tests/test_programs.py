@@ -1,4 +1,4 @@
-"""The program benchmark's engine (clearpages/_programs.py): its workloads
+"""The program benchmark's engine (clearpages/tools/programs.py): its workloads
 leave the buffer as a program would, its verdict marks a miss only beyond
 the spread, and ``bench --programs`` runs end to end (tiny settings; no
 timing is asserted)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from clearpages import _measure, _programs
-from clearpages.__main__ import main
+from clearpages.tools import measure as _measure, programs as _programs
+from clearpages.tools.cli import main
 
 np = pytest.importorskip("numpy")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import clearpages as cp
-from clearpages import _policy, _profile
+from clearpages import _policy
+from clearpages.tools import profile as _profile
 
 GiB = 1 << 30
 CORPUS = Path(__file__).resolve().parents[1] / "profiles"

@@ -7,7 +7,7 @@ from conftest import run_python
 
 import clearpages as cp
 from clearpages import _units
-from clearpages.__main__ import main
+from clearpages.tools.cli import main
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

@@ -5,8 +5,8 @@ what it does for one size and why, ``bench`` how fast every routine and the
 usual alternatives are here, on warm and on cold buffers (``--profile``
 writes the machine profile the policy is replayed against), ``calibrate``
 measures this machine's crossovers and writes them where ``auto`` finds
-them.  This module parses arguments and prints; ``_report`` gathers the
-data and ``_output`` renders it.
+them.  This module parses arguments and prints; ``report`` gathers the
+data and ``output`` renders it.
 """
 
 from __future__ import annotations
@@ -17,21 +17,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .. import __version__, _adapt, _calibration, _config, _core, _dispatch, _units
+from .._routines import BY_NAME
 from . import (
-    __version__,
-    _adapt,
-    _calibrate,
-    _calibration,
-    _config,
-    _core,
-    _dispatch,
-    _measure,
-    _output,
-    _profile,
-    _report,
-    _units,
+    calibrate as _calibrate,
+    measure as _measure,
+    output as _output,
+    profile as _profile,
+    report as _report,
 )
-from ._routines import BY_NAME
 
 
 class UsageError(Exception):
@@ -273,7 +267,7 @@ def _bench_scan(args: argparse.Namespace, sizes: list[int], out: TextIO,
                 json_out: TextIO | None) -> Any:
     """The scan section: is_zero against numpy's a.any(), warm and cold (with
     --scan alone: the whole output, and its JSON)."""
-    from . import _scanbench
+    from . import scanbench as _scanbench
 
     if json_out is not None and (args.methods or args.plot or args.scenario != "both"
                                  or args.direct):
@@ -299,7 +293,7 @@ def _bench_scan(args: argparse.Namespace, sizes: list[int], out: TextIO,
 
 
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
-    from . import _programs
+    from . import programs as _programs
 
     if args.methods or args.json or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--programs runs every candidate in every workload, warm and "

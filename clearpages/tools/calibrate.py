@@ -1,10 +1,10 @@
 """``python -m clearpages calibrate``: measure this machine, choose thresholds.
 
 Every usable routine is timed at sizes from a few hundred bytes to past the
-caches, interleaved, on warm buffers and on cold ones (``_measure``).  The
+caches, interleaved, on warm buffers and on cold ones (``measure``).  The
 thresholds are then chosen by one stated rule, ``RULE``: at each size a
 routine's score is the worse of its two ratios to the best routine on warm
-and on cold buffers (``_profile.scores``), because only the program knows
+and on cold buffers (``profile.scores``), because only the program knows
 which it has; the thresholds chosen maximise the sum of log scores over the
 sizes measured, and at no size may their choice score lower than the
 default's beyond the noise (a gain within the noise keeps the default).
@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _core, _dispatch, _measure, _system
-from ._policy import NEVER, Thresholds, decide
-from ._profile import scores
-from ._routines import BY_NAME
-from ._units import KiB, MiB, format_size
+from .. import _core, _dispatch, _system
+from .._policy import NEVER, Thresholds, decide
+from .._routines import BY_NAME
+from .._units import KiB, MiB, format_size
+from . import measure as _measure
+from .profile import scores
 
 RULE = ("each threshold maximises the worse case: at every size, a routine scores "
         "min(warm GB/s / best warm, cold GB/s / best cold); calibrate keeps the "
@@ -371,7 +372,7 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
     sizes / thread_sizes / repeat / target_s / budget_s override the plan
     (tests use tiny ones); progress(stage, done, total) reports.
     """
-    from . import _policy
+    from .. import _policy
 
     cpu = _core.cpu()
     built = _dispatch.state().built

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._cpu import CPU
-from ._policy import Thresholds, decide, default_thresholds
-from ._routines import ALL_METHODS
-from ._units import format_size
+from .._cpu import CPU
+from .._policy import Thresholds, decide, default_thresholds
+from .._routines import ALL_METHODS
+from .._units import format_size
 
 SCHEMA = "machine-profile/1"
 
@@ -263,7 +263,8 @@ def record(sizes: Sequence[int] = SIZES, names: Sequence[str] | None = None, *,
            repeat: int = 7, target_s: float = 0.002, budget_s: float = 3.0,
            progress: Callable[[int, int, int], None] | None = None) -> dict[str, Any]:
     """Measure this machine: the JSON form of its profile."""
-    from . import _calibration, _core, _measure
+    from .. import _calibration, _core
+    from . import measure as _measure
 
     names = list(names) if names is not None else list(_core.methods())
     cands = [_measure.routine(n) for n in names]

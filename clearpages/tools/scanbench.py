@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from . import _core, _measure, _scan
-from ._units import format_size
+from .. import _core, _scan
+from .._units import format_size
+from . import measure as _measure
 
 SCENARIOS = (_measure.WARM, _measure.COLD)
 
@@ -46,7 +47,7 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
         import numpy as np
     except ImportError:
         np = None  # type: ignore[assignment]
-    from ._dispatch import state
+    from .._dispatch import state
 
     pool_bytes = max(max(sizes), _measure.cold_pool_size())
     pool = _measure.Buffer(pool_bytes)
@@ -107,7 +108,7 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
 
 
 def report(data: dict[str, Any], out: TextIO) -> None:
-    from ._output import say
+    from .output import say
 
     print(file=out)
     say("zero scan (%s): is_zero against numpy's a.any() on a zero buffer, GB/s at the "

@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import _core, _dispatch
-from ._native import ffi
-from ._routines import BY_NAME
+from .. import _core, _dispatch
+from .._native import ffi
+from .._routines import BY_NAME
 
 HUGE = 2 << 20
 
@@ -213,7 +213,7 @@ def competitor(name: str) -> Candidate:
 def streaming_routines() -> list[str]:
     """The non-temporal routines usable here: the policy's order of
     preference, then the rest in the routine table's."""
-    from ._policy import STREAMING_PREFERENCE
+    from .._policy import STREAMING_PREFERENCE
 
     usable = [m for m in _core.methods() if not BY_NAME[m].temporal]
     first = [m for m in STREAMING_PREFERENCE if m in usable]

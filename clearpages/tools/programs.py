@@ -54,9 +54,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _core, _measure
-from ._routines import BY_NAME
-from ._units import KiB, MiB, format_size
+from .. import _core
+from .._routines import BY_NAME
+from .._units import KiB, MiB, format_size
+from . import measure as _measure
 
 PAD, SCRATCH, POOL, WIPE = "pad", "scratch", "pool", "wipe"
 WORKLOADS = (PAD, SCRATCH, POOL, WIPE)
@@ -532,7 +533,7 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
 
 
 def report(res: Result, out: Any) -> None:
-    from ._output import table
+    from .output import table
 
     print("auto's ratio to the best candidate (best time / auto's time; 1.00 is as fast), "
           "[interquartile range of the per-round ratio]; median of %d interleaved rounds; "

@@ -1,5 +1,5 @@
 """What the command line shows, as data: ``info``, ``bench`` and machine
-profiles.  ``__main__`` parses arguments and prints; ``_output`` renders."""
+profiles.  ``cli`` parses arguments and prints; ``output`` renders."""
 
 from __future__ import annotations
 
@@ -7,20 +7,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import (
-    _adapt,
-    _calibrate,
-    _calibration,
-    _core,
-    _cpu,
-    _dispatch,
-    _measure,
-    _profile,
-    _scan,
-    _system,
-)
-from ._routines import ALL_METHODS, ROUTINES
-from ._units import format_size
+from .. import _adapt, _calibration, _core, _cpu, _dispatch, _scan, _system
+from .._routines import ALL_METHODS, ROUTINES
+from .._units import format_size
+from . import calibrate as _calibrate, measure as _measure, profile as _profile
 
 #: What each feature is for, as `info` shows it.
 FEATURE_USE = {
@@ -89,7 +79,7 @@ def info_data() -> dict[str, Any]:
     cal = st.calibration
     setting = st.config.calibration
     looked = _calibration.resolve(cpu, setting)
-    from . import _native
+    from .. import _native
 
     return {
         "machine": machine(),
@@ -173,7 +163,7 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
     plans, ``score`` the candidate's worse ratio to the best over the
     scenarios measured at that size (the rule calibrate decides by).  Each
     entry of ``goals`` judges auto at one size as the replay judges a
-    profile (``_profile.judge``): its score against the best routine's, and
+    profile (``profile.judge``): its score against the best routine's, and
     against memset's and numpy.fill's."""
     if names is None:
         names = list(_measure.known_names())
@@ -240,7 +230,7 @@ def profile_data(sizes: Sequence[int] | None = None, *, repeat: int = 7,
                  progress: Callable[[int, int, str], None] | None = None
                  ) -> dict[str, Any]:
     """This machine's profile (``bench --profile``): every routine, called
-    directly, warm and cold, at ``sizes`` (default ``_profile.SIZES``)."""
+    directly, warm and cold, at ``sizes`` (default ``profile.SIZES``)."""
     def tick(done: int, total: int, size: int) -> None:
         if progress is not None:
             progress(done, total, format_size(size))

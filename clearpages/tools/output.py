@@ -8,9 +8,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._cpu import CPU
-from ._policy import NEVER
-from ._units import format_size
+from .._cpu import CPU
+from .._policy import NEVER
+from .._units import format_size
 
 SCENARIOS = ("warm", "cold")
 
