@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -128,4 +129,9 @@ def test_wheel_build_prints_no_deprecation_warning(tmp_path):
     out = done.stdout + done.stderr
     bad = [ln for ln in out.splitlines() if "deprecat" in ln.lower()]
     assert not bad, bad
-    assert list((tmp_path / "dist").glob("clearpages-*.whl"))
+    wheels = list((tmp_path / "dist").glob("clearpages-*.whl"))
+    assert wheels
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = set(whl.namelist())
+    assert {"clearpages/__main__.py", "clearpages/tools/__init__.py",
+            "clearpages/tools/cli.py", "clearpages/tools/measure.py"} <= names
