@@ -1,10 +1,14 @@
 """The package's layout is its dependency graph: the library (clearpages/)
-never imports the measuring tools (clearpages/tools/), and bench/ reaches
-the package through public names only."""
+never imports the measuring tools (clearpages/tools/), bench/ reaches the
+package through public names only, and the C files of csrc/core call one
+another without a circle."""
 
 from __future__ import annotations
 
 import ast
+import platform
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,3 +103,62 @@ def test_bench_imports_public_names_only(path):
                      if n.startswith("clearpages.") and any(
                          part.startswith("_") for part in n.split(".")[1:]))
     assert not private, "%s imports %s" % (path.name, ", ".join(private))
+
+
+CORE = sorted((ROOT / "csrc" / "core").glob("*.c"))
+# Elsewhere the core builds as the portable build does (no CPUID, no asm).
+PORTABLE = [] if platform.machine().lower() in ("x86_64", "amd64") else ["-DCP_PORTABLE=1"]
+
+
+def _symbols(obj: Path) -> tuple[set[str], set[str]]:
+    """(defined, undefined) global symbols of an object file."""
+    out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in "TDBRC":
+            defined.add(f[2])
+        elif len(f) == 2 and f[0] == "U":
+            undefined.add(f[1])
+    return defined, undefined
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each file that can reach itself, with one path back to it."""
+    found = []
+    for start in sorted(edges):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(edges[node]):
+                if nxt == start:
+                    found.append(path + [start])
+                    stack = []
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    return found
+
+
+def test_circle_finder_finds_one():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})[0] == ["a", "b", "c", "a"]
+    assert _circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+@pytest.mark.skipif(not CORE or shutil.which("gcc") is None or shutil.which("nm") is None,
+                    reason="needs the source tree (csrc/core), gcc and nm")
+def test_core_files_call_each_other_without_a_circle(tmp_path):
+    """A file of csrc/core that calls into another is above it; a circle
+    (once adapt.c -> inject.c -> jobs.c -> adapt.c, for a clock) would
+    leave no order in which the core could be read or split."""
+    syms = {}
+    for src in CORE:
+        obj = tmp_path / (src.stem + ".o")
+        subprocess.run(["gcc", "-c", "-fPIC", "-O2", "-pthread", *PORTABLE,
+                        "-I", str(ROOT / "csrc" / "core"), "-I", str(ROOT / "asm"),
+                        str(src), "-o", str(obj)], check=True, capture_output=True)
+        syms[src.name] = _symbols(obj)
+    edges = {a: {b for b in syms if b != a and syms[a][1] & syms[b][0]} for a in syms}
+    assert edges["jobs.c"], "the check saw no call between files"
+    assert not _circles(edges), _circles(edges)

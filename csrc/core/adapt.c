@@ -84,6 +84,7 @@
 
 #include "clearpages.h"
 #include "adapt.h"
+#include "clock.h"
 #include "inject.h"
 
 enum { SEEN = 512, WINDOW = 7, EXPLORED_WINDOW = 3, PERIOD_MAX = 512, SAMPLE_GAP = 16,
@@ -312,9 +313,7 @@ void cp_adapt_reset(void)
 
 uint64_t cp_adapt_now_ns(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    return cp_now_ns();
 }
 
 static int size_class(size_t n)

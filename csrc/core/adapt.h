@@ -97,7 +97,8 @@ void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns);
  * state by their history.  addr NULL: only asks, remembering nothing:
  * 0 when no buffer of n bytes can be recent (n > reuse_bytes), else 1. */
 int cp_adapt_recent(const void *addr, size_t n);
-/* CLOCK_MONOTONIC in ns (the vDSO: no system call). */
+/* CLOCK_MONOTONIC in ns (the vDSO: no system call): clock.h's cp_now_ns,
+ * for callers outside the core (the binding's timed clears, tests). */
 uint64_t cp_adapt_now_ns(void);
 
 /* 1 and *out filled when the class and context have data; 0 otherwise. */

@@ -5,7 +5,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "clearpages.h"
 #include "inject.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -76,9 +75,4 @@ void cp_inject_do_squat(uintptr_t addr)
 void cp_inject_rival(void *dst, size_t n)
 {
     memset(dst, 0, n);
-}
-
-uint64_t cp_inject_rival_rate(void)
-{
-    return cp_job_rate(cp_inject_rival);
 }

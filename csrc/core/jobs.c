@@ -18,8 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "adapt.h"          /* cp_adapt_now_ns: the one clock */
 #include "clearpages.h"
+#include "clock.h"
 #include "inject.h"
 #include "untouched.h"
 
@@ -374,6 +374,13 @@ uint64_t cp_job_rate(cp_clear_fn fn)
     return rate_get(fn);
 }
 
+/* inject.h's accessor lives with the speeds it reads, so that inject.c
+ * calls into no other part of the core. */
+uint64_t cp_inject_rival_rate(void)
+{
+    return cp_job_rate(cp_inject_rival);
+}
+
 /* Bytes that take ns nanoseconds at bytes_per_us (saturating). */
 static size_t bytes_in(uint64_t bytes_per_us, uint64_t ns)
 {
@@ -498,7 +505,7 @@ static int grab(struct cp_job *job, size_t want, size_t *lo, size_t *hi)
 static void run_units(struct cp_job *job)
 {
     uint64_t rate = rate_get(job->fn);
-    uint64_t t0 = cp_adapt_now_ns();
+    uint64_t t0 = cp_now_ns();
     size_t want = rate && job->deadline > t0 ? bytes_in(rate, job->deadline - t0) : job->unit;
     size_t lo, hi;
     uint64_t sum_bytes = 0, sum_ns = 0;
@@ -506,7 +513,7 @@ static void run_units(struct cp_job *job)
     while (grab(job, want, &lo, &hi)) {
         clear_range(job, lo, hi);
         atomic_fetch_add(&job->done, hi - lo);
-        uint64_t t1 = cp_adapt_now_ns(), dt = t1 > t0 ? t1 - t0 : 1;
+        uint64_t t1 = cp_now_ns(), dt = t1 > t0 ? t1 - t0 : 1;
         uint64_t r = (uint64_t)((double)(hi - lo) * 1000.0 / (double)dt);
         if (r == 0)
             r = 1;
@@ -586,7 +593,7 @@ int cp_job_run(struct cp_job *job, uint64_t budget_ns)
     size_t next = atomic_load(&job->next);
     if (next >= job->end)
         return 1;
-    uint64_t start = cp_adapt_now_ns();
+    uint64_t start = cp_now_ns();
     job->deadline = start + budget_ns < start ? UINT64_MAX : start + budget_ns;
 
     /* No more threads than pages left to share. */
