@@ -6,7 +6,8 @@ import ctypes
 import sys
 
 import pytest
-from conftest import OnlyDLPack
+from capsules import Producer, capsule_name
+from conftest import ROOT, OnlyDLPack, run_python
 
 import clearpages as cp
 
@@ -140,50 +141,11 @@ def test_arguments_work_as_for_buffers():
 # ---- capsules made by hand: devices, versions, element sizes, the deleter ----
 
 
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class Versioned(ctypes.Structure):
-    pass
-
-
-DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(Versioned))
-Versioned._fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                      ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER),
-                      ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
-
-_new_capsule = ctypes.pythonapi.PyCapsule_New
-_new_capsule.restype = ctypes.py_object
-_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype = ctypes.c_char_p
-_capsule_name.argtypes = [ctypes.py_object]
-
-
-class HandMade:
-    """A producer whose capsule says what the test wants."""
-
-    def __init__(self, buf, *, device=1, major=1, bits=8, lanes=1, flags=0):
-        self.buf = buf
-        self.deleted = 0
-        self.shape = (ctypes.c_int64 * 1)(len(buf) * 8 // (bits * lanes) if bits * lanes else 1)
-        self.strides = (ctypes.c_int64 * 1)(1)
-        self.keep = DELETER(self._delete)
-        self.m = Versioned(major, 0, None, self.keep, flags, DLTensor(
-            ctypes.addressof(buf), device, 0, 1, 1, bits, lanes, self.shape, self.strides, 0))
-        self.capsule = None
-
-    def _delete(self, _):
-        self.deleted += 1
-
-    def __dlpack__(self, **kw):
-        self.capsule = _new_capsule(ctypes.addressof(self.m), b"dltensor_versioned", None)
-        return self.capsule
+def HandMade(buf, *, device=1, major=1, bits=8, lanes=1, flags=0):
+    """A capsule of the bytes of a ctypes array, saying what the test wants."""
+    n = len(buf) * 8 // (bits * lanes) if bits * lanes else 1
+    return Producer(buf, (n,), (1,), device=device, version=(major, 0), bits=bits,
+                    lanes=lanes, flags=flags)
 
 
 def test_the_capsule_is_taken_and_its_deleter_called_once():
@@ -191,7 +153,7 @@ def test_the_capsule_is_taken_and_its_deleter_called_once():
     h = HandMade(buf)
     cp.clear(h)
     assert bytes(buf) == bytes(64) and h.deleted == 1
-    assert _capsule_name(h.capsule) == b"used_dltensor_versioned"
+    assert capsule_name(h.capsule) == b"used_dltensor_versioned"
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -227,6 +189,89 @@ def test_a_vector_dtype_clears_bits_times_lanes():
 def test_an_object_without_dlpack_says_what_is_taken():
     with pytest.raises(TypeError, match="not object"):
         cp.clear(object())
+
+
+# ---- what a producer may hand over: stride 0 over a huge shape, NULL data ----
+#
+# Each runs in a fresh interpreter: a crash there fails the test, not the run.
+
+_CHILD = """
+import ctypes, sys
+sys.path.insert(0, %r)
+import clearpages as cp
+from capsules import Producer
+""" % str(ROOT / "tests")
+
+
+def _child(code: str):
+    r = run_python(_CHILD + code)
+    assert r.returncode == 0, "the child died (%d): %s" % (r.returncode, r.stderr[-2000:])
+    return r.stdout
+
+
+def test_a_stride_0_tensor_of_2_61_elements_costs_its_one_element():
+    """Its elements are all the same byte: every entry reads or writes that
+    byte alone, in no more time or memory than its storage takes."""
+    _child("""
+buf = (ctypes.c_uint8 * 8)(*range(1, 9))
+made = []
+def t(shape, strides):
+    p = Producer(buf, shape, strides, byte_offset=2)
+    made.append(p)
+    return p
+for shape, strides in [((1 << 61,), (0,)), ((1 << 62, 1 << 62), (0, 0)),
+                       ((3, 1 << 61), (0, 0)), ((1 << 59, 1), (0, 1)),
+                       ((2,) * 62, (0,) * 62)]:
+    assert cp.is_zero(t(shape, strides)) is False
+    assert list(cp.nonzero_pages(t(shape, strides))) == [0]
+    cp.clear(t(shape, strides))
+    assert bytes(buf) == bytes([1, 2, 0, 4, 5, 6, 7, 8]), bytes(buf)
+    assert cp.is_zero(t(shape, strides)) is True
+    buf[2] = 3
+    cp.clear_many([t(shape, strides), t(shape, strides)])
+    assert bytes(buf) == bytes([1, 2, 0, 4, 5, 6, 7, 8]), bytes(buf)
+    buf[2] = 3
+assert [p.deleted for p in made] == [1] * len(made)
+""")
+
+
+def test_numpy_broadcast_of_2_61_elements_through_dlpack():
+    pytest.importorskip("numpy")
+    _child("""
+import numpy as np
+sys.path.insert(0, %r)
+from conftest import OnlyDLPack
+x = np.arange(1, 9, dtype=np.uint8)
+big = np.lib.stride_tricks.as_strided(x[3:], (1 << 61,), (0,))
+assert cp.is_zero(OnlyDLPack(big)) is False
+cp.clear(OnlyDLPack(big))
+assert x.tolist() == [1, 2, 3, 0, 5, 6, 7, 8], x
+assert cp.is_zero(OnlyDLPack(big)) is True
+""" % str(ROOT / "tests"))
+
+
+def test_null_data_with_a_size_is_refused_and_an_empty_one_taken():
+    """A NULL data pointer for 4 bytes: refused as torch refuses in-place
+    writes to a tensor without memory (its ZeroTensors); a NULL pointer for
+    no element is an empty tensor, cleared as ever."""
+    _child("""
+for version in [(1, 0), None]:
+    for call in (cp.clear, cp.is_zero, cp.nonzero_pages, lambda t: cp.clear_many([t])):
+        p = Producer(0, (4,), (1,), version=version)
+        try:
+            call(p)
+        except TypeError as e:
+            assert "ZeroTensors are immutable" in str(e) and "NULL" in str(e), e
+        else:
+            raise AssertionError("NULL data was taken by %r" % call)
+        assert p.deleted == 1
+    for shape in [(0,), (4, 0), (0, 1 << 62)]:
+        p = Producer(0, shape, None, version=version)
+        cp.clear(p)
+        assert cp.is_zero(p) is True and list(cp.nonzero_pages(p)) == []
+        cp.clear_many([p, p])
+        assert p.deleted == p.exports == 5
+""")
 
 
 # ---- clear_many and nonzero_pages take tensors too ------------------------------
@@ -384,6 +429,36 @@ def test_parameters_subclasses_and_inference_tensors(torch):
         i = torch.ones(16)
     cp.clear(i)
     assert not i.any()
+
+
+def test_torch_expand_to_2_61_elements_and_a_zero_tensor(torch):
+    """The two tensors that once crashed every entry: an expanded one
+    element, and torch's ZeroTensor (no memory behind its 16 bytes)."""
+    _child("""
+import torch
+one = torch.zeros(1, dtype=torch.uint8)
+t = one.expand(1 << 61)
+assert cp.is_zero(t) is True
+one[0] = 7
+assert cp.is_zero(t) is False and list(cp.nonzero_pages(t)) == [0]
+cp.clear(t)
+assert one.item() == 0
+one[0] = 7
+cp.clear_many([t, t])
+assert one.item() == 0
+z = torch._efficientzerotensor(4)
+for call in (cp.clear, cp.is_zero, cp.nonzero_pages, lambda t: cp.clear_many([t])):
+    try:
+        call(z)
+    except TypeError as e:
+        assert "ZeroTensors are immutable" in str(e), e
+    else:
+        raise AssertionError("a ZeroTensor was taken by %r" % call)
+try:
+    z.zero_()
+except RuntimeError as e:
+    assert "ZeroTensors are immutable" in str(e), e       # torch's own words
+""")
 
 
 def test_torch_tensors_cp_cannot_write_are_refused(torch):

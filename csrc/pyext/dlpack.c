@@ -257,8 +257,8 @@ static int torch_direct(PyObject *obj, struct dlpack_view *v, size_t direct_max)
     PyObject *ptr = torch_call(obj, m_data_ptr, s_data_ptr);
     void *p = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
     Py_XDECREF(ptr);
-    if (PyErr_Occurred())
-        goto done;
+    if (PyErr_Occurred() || (!p && n))
+        goto done;              /* the export refuses a tensor without memory */
     v->base = p;
     v->len = n;
     ok = 1;
@@ -314,9 +314,9 @@ static void set_refusal(PyObject *obj, const char *fmt, const char *what)
     PyErr_Format(PyExc_TypeError, fmt, Py_TYPE(obj)->tp_name, what);
 }
 
-/* The extents the tensor covers: one when its elements tile a range of
- * bytes exactly once (any order of dimensions, any sign of strides), else
- * a run per innermost contiguous block (a job merges what touches). */
+/* The bytes the tensor covers (strided.c): one extent, or runs.  Elements
+ * that share bytes (stride 0, overlapping strides) are covered once, so a
+ * tensor costs what its storage does whatever its shape says. */
 static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *v)
 {
     size_t bits = (size_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
@@ -326,91 +326,46 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
                      Py_TYPE(obj)->tp_name, bits);
         return -1;
     }
-    int64_t item = (int64_t)(bits / 8);
-    v->itemsize = (size_t)item;
-    int nd = t->ndim;
-    if (nd < 0 || nd > 64) {
+    v->itemsize = bits / 8;
+    if (t->ndim < 0) {
         PyErr_Format(PyExc_TypeError, "cannot clear the %s: %d dimensions",
-                     Py_TYPE(obj)->tp_name, nd);
+                     Py_TYPE(obj)->tp_name, (int)t->ndim);
         return -1;
     }
-    char *base = (char *)t->data + t->byte_offset;
-    /* Dimensions of more than one element, as (size, byte stride). */
-    int64_t size[64], stride[64];
-    int k = 0;
-    int64_t elements = 1, contiguous = item;
-    for (int i = nd - 1; i >= 0; i--) {
-        int64_t n = t->shape[i];
-        if (n < 0) {
-            PyErr_Format(PyExc_TypeError, "cannot clear the %s: a negative shape",
-                         Py_TYPE(obj)->tp_name);
-            return -1;
-        }
-        if (n == 0) {
-            v->base = base;
-            v->len = 0;
-            return 0;
-        }
-        int64_t s = t->strides ? t->strides[i] * item : contiguous;
-        contiguous *= n;
-        if (n == 1)
-            continue;
-        size[k] = n;
-        stride[k] = s;
-        k++;
-        if (__builtin_mul_overflow(elements, n, &elements)) {
-            PyErr_SetString(PyExc_OverflowError, "the tensor is larger than memory");
-            return -1;
-        }
-    }
-    /* Smallest stride first (insertion sort: k is small). */
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && llabs(stride[j]) < llabs(stride[j - 1]); j--) {
-            int64_t a = size[j], b = stride[j];
-            size[j] = size[j - 1];
-            stride[j] = stride[j - 1];
-            size[j - 1] = a;
-            stride[j - 1] = b;
-        }
-    /* Collapse the innermost dimensions that continue the run. */
-    int64_t run = item;
-    int inner = 0;
-    char *low = base;
-    while (inner < k && llabs(stride[inner]) == run) {
-        if (stride[inner] < 0)
-            low += stride[inner] * (size[inner] - 1);
-        run *= size[inner];
-        inner++;
-    }
-    if (inner == k) {
-        v->base = low;
-        v->len = (size_t)run;
-        return 0;
-    }
-    /* Runs: one per index of the outer dimensions. */
-    int64_t count = elements / (run / item);
-    v->addrs = PyMem_Malloc((size_t)count * sizeof(char *));
-    v->lens = PyMem_Malloc((size_t)count * sizeof(size_t));
-    if (!v->addrs || !v->lens) {
-        PyErr_NoMemory();
+    struct strided_runs r;
+    switch (strided_runs(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
+                         (int64_t)v->itemsize, v->itemsize, &r)) {
+    case STRIDED_OK:
+        break;
+    case STRIDED_NEGATIVE:
+        PyErr_Format(PyExc_TypeError, "cannot clear the %s: a negative shape",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    case STRIDED_TOO_LARGE:
+        PyErr_Format(PyExc_ValueError, "cannot clear the %s: its shape, strides and byte "
+                     "offset describe memory beyond the address space; it was left unchanged",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    default:
+        PyErr_Format(PyExc_MemoryError, "cannot clear the %s: the list of its strided runs "
+                     "would not fit in memory", Py_TYPE(obj)->tp_name);
         return -1;
     }
-    int64_t idx[64] = {0};
-    char *p = low;
-    for (int64_t r = 0; r < count; r++) {
-        v->addrs[r] = p;
-        v->lens[r] = (size_t)run;
-        v->len += (size_t)run;
-        for (int d = inner; d < k; d++) {       /* odometer over the outer dims */
-            if (++idx[d] < size[d]) {
-                p += stride[d];
-                break;
-            }
-            p -= stride[d] * (size[d] - 1);
-            idx[d] = 0;
-        }
+    if (r.len && !t->data) {
+        /* torch's words for its own tensors without memory (ZeroTensors). */
+        strided_runs_free(&r);
+        PyErr_Format(PyExc_TypeError,
+                     "the %s has no memory behind it (its DLPack data pointer is NULL, for "
+                     "%zu bytes): ZeroTensors are immutable. Please use the materialized "
+                     "zero tensor obtained using .clone() if you want a mutable tensor",
+                     Py_TYPE(obj)->tp_name, r.len);
+        return -1;
     }
-    v->nruns = (size_t)count;
+    v->base = r.base;
+    v->len = r.len;
+    v->addrs = r.addrs;
+    v->lens = r.lens;
+    v->nruns = r.nruns;
     return 0;
 }
 
@@ -568,19 +523,19 @@ void dlpack_release(struct dlpack_view *v)
         Py_CLEAR(v->bump);
         return;
     }
-    /* The deleter may run Python code (the producer's), so keep any
-     * pending exception across it. */
+    /* The deleter and the capsule's destructor may run Python code (the
+     * producer's), so keep any pending exception across them. */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (v->versioned && v->versioned->deleter)
         v->versioned->deleter(v->versioned);
     else if (v->legacy && v->legacy->deleter)
         v->legacy->deleter(v->legacy);
-    PyErr_Restore(type, value, tb);
     v->versioned = NULL;
     v->legacy = NULL;
     Py_CLEAR(v->capsule);
     Py_CLEAR(v->bump);
+    PyErr_Restore(type, value, tb);
     PyMem_Free(v->addrs);
     PyMem_Free(v->lens);
     v->addrs = NULL;

@@ -100,7 +100,7 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     int rc = 0;
     if (debug_hook)
         rc = call_debug_hook("acquired", NULL, dv->len);
-    if (rc == 0) {
+    if (rc == 0 && dv->len) {     /* an empty tensor's data may be NULL */
         if (dv->nruns)
             rc = clear_extents(dv->addrs, dv->lens, dv->nruns, dv->len, idx, nthreads);
         else if (word)

@@ -5,7 +5,8 @@
  * (clear, clear_many, clear_pages), config.c (binding to
  * clearpages._native, configure, and decide: the policy's answer for a
  * size), dlpack.c (tensors through DLPack), region_type.c (RegionMemory),
- * scan.c (is_zero, nonzero_pages).
+ * scan.c (is_zero, nonzero_pages), strided.c (the bytes a strided layout
+ * covers).
  * What runs is decided by the core's policy (core/policy.h) and nowhere
  * here.
  *
@@ -158,6 +159,36 @@ PyObject *fast_set_untouched(PyObject *, PyObject *);
 PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_nonzero_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_set_scan(PyObject *, PyObject *);
+
+/* ---- strided.c: the bytes a strided layout covers ------------------------------- */
+
+/* The union of the elements' bytes: one extent [base, base + len) when
+ * nruns is 0, else nruns runs addrs[i], lens[i] (ascending, disjoint, none
+ * touching the next) of len bytes in all. */
+struct strided_runs {
+    char *base;
+    size_t len;
+    size_t nruns;
+    char **addrs;
+    size_t *lens;
+};
+
+enum {
+    STRIDED_OK = 0,
+    STRIDED_NEGATIVE = -1,      /* a negative extent in the shape */
+    STRIDED_TOO_LARGE = -2,     /* bytes beyond the address space (or its arithmetic) */
+    STRIDED_NO_MEMORY = -3,     /* the runs would not fit in memory */
+};
+
+/* The layout of ndim dimensions at data + offset: shape, strides in units
+ * of `unit` bytes (NULL: C order), items of `item` bytes.  A shape with a 0
+ * is empty (len 0) whatever the strides say.  STRIDED_OK with *out set
+ * (free it with strided_runs_free), or a negative status with nothing
+ * held.  Needs the GIL (PyMem). */
+int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                 const int64_t *strides, int64_t unit, uint64_t item,
+                 struct strided_runs *out);
+void strided_runs_free(struct strided_runs *r);
 
 /* ---- dlpack.c: tensors through DLPack ------------------------------------------------ */
 
