@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from . import _adapt, _cpu, _dispatch, _fast, _policy, _units
 from ._errors import PageIndexError, UnsupportedMethod
-from ._native import ffi
+from ._native import ffi, lib
 from ._routines import ALL_METHODS
 
 #: The names ``method=`` takes ("discard" only for a Region).
@@ -54,8 +54,7 @@ def set_adaptive(on: bool) -> None:
 def adaptive() -> bool:
     """True when auto adapts to this program's clears (CLEARPAGES_ADAPT,
     set_adaptive), a band of sizes exists and CLEARPAGES_METHOD forces nothing."""
-    st = _dispatch.state()
-    return st.adapt_min < st.adapt_max
+    return _dispatch.state().adapt_active
 
 
 # ---- the public calls (each one native function) --------------------------
@@ -417,19 +416,15 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
     d = _policy.Decision(*_fast.decide(nbytes, count, threads, "auto",
                                        hot if hot is None or isinstance(hot, bool)
                                        else hot[1] - hot[0]))
-    p = _policy.explain(st.thresholds, d, nbytes, count, threads=threads,
-                        forced=st.forced, hot=hot)
-    hot_words = _adapt.describe_hot(st.thresholds, nbytes) if (
-        hot is True and st.adapt_min < st.adapt_max and st.forced is None) else None
-    if hot_words is not None:
-        learned, evidence = hot_words
-        if not any(e.startswith("hot_max_other") for e in p.evidence):
-            p = dataclasses.replace(p, evidence=p.evidence + evidence)
-    elif hot is not None:
-        learned = "not adaptive: hot= is the program's word, never overridden"
-    elif not d.adaptive and (count > 1 or d.threads > 1):
-        learned = "not adaptive: only single clears on one thread are timed"
-    else:
+    p = _policy.explain(st.thresholds, d, nbytes, count, forced=st.forced)
+    learned = _policy.LEARNER_REASONS.get(d.adapt_why)
+    history = _adapt.describe_hot(st.thresholds, nbytes) if (
+        d.adapt_why == lib.CP_LEARNER_HISTORY) else None
+    if history is not None:
+        learned, evidence = history
+        p = dataclasses.replace(p, evidence=p.evidence + tuple(
+            e for e in evidence if e not in p.evidence))
+    elif learned is None:
         learned = _adapt.describe(st.thresholds, d, nbytes, st.adapt_on, st.forced)
     return dataclasses.replace(p, learned=learned)
 

@@ -68,12 +68,13 @@ class State:
     def set_adaptive(self, on: bool) -> None:
         """Whether auto adapts (configure_native() tells the learner and C)."""
         th = self.thresholds
+        #: What CLEARPAGES_ADAPT or set_adaptive() asked for.
         self.adapt_on = bool(on)
-        active = (self.adapt_on and self.forced is None
-                  and th.adapt_min < th.adapt_max)
-        # Single auto clears of adapt_min <= n < adapt_max bytes are timed
-        # (both 0 when not adapting: no size is in the band).
-        self.adapt_min, self.adapt_max = (th.adapt_min, th.adapt_max) if active else (0, 0)
+        #: Whether adaptive auto is on: asked for, with a band of sizes to
+        #: adapt in and no routine forced.  The one answer to "is adaptation
+        #: on": the native policy, the learner and plan() read it.
+        self.adapt_active = (self.adapt_on and self.forced is None
+                             and th.adapt_min < th.adapt_max)
 
     def configure_native(self, forget: bool = True) -> None:
         """Make this the policy the native entry and the learner follow
@@ -81,16 +82,15 @@ class State:
         or resumes)."""
         th = self.thresholds
         if forget:
-            _adapt.configure(th, self.forced is None, self.adapt_min < self.adapt_max)
+            _adapt.configure(th, self.forced is None, self.adapt_active)
         else:
-            _adapt.enable(self.adapt_min < self.adapt_max)
+            _adapt.enable(self.adapt_active)
         # Jobs call a streaming routine's unfenced entry for every extent and
         # fence once per thread: a fence per 4 KiB page cost a third of the
         # throughput of scattered pages.
         routines = tuple((r.name, bool(r.unfenced), r.temporal, r.name in self.methods)
                          for r in ROUTINES)
-        policy = _policy.native_policy(self.cpu, th, self.forced,
-                                       (self.adapt_min, self.adapt_max))
+        policy = _policy.native_policy(self.cpu, th, self.forced, self.adapt_active)
         _fast.configure(routines=routines, policy=bytes(ffi.buffer(policy)),
                         gil_min=_policy.GIL_RELEASE_MIN, slice_ns=SLICE_NS)
         _fast.set_scan(_scan.variant_index(self.scan))

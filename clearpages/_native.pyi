@@ -68,6 +68,37 @@ class _Lib:
     CP_POLICY_HOT_ALL: int
     CP_POLICY_NOT_SOON: int
     CP_POLICY_HOT_ALL_OTHER: int
+    CP_WHY_FORCED: int
+    CP_WHY_METHOD: int
+    CP_WHY_ONE_ROUTINE: int
+    CP_WHY_LONG: int
+    CP_WHY_STREAMING: int
+    CP_WHY_MEMSET: int
+    CP_WHY_MEMSET_BELOW_NT: int
+    CP_WHY_TEMPORAL: int
+    CP_WHY_NOT_SOON: int
+    CP_WHY_HOT: int
+    CP_HOT_PART_NONE: int
+    CP_HOT_PART_RANGE: int
+    CP_HOT_PART_WHOLE: int
+    CP_HOT_PART_TAIL: int
+    CP_HOT_PART_OTHER: int
+    CP_THREADS_GIVEN: int
+    CP_THREADS_ONE: int
+    CP_THREADS_BY_SIZE: int
+    CP_LEARNER_ASKED: int
+    CP_LEARNER_METHOD: int
+    CP_LEARNER_HINT: int
+    CP_LEARNER_HISTORY: int
+    CP_LEARNER_JOB: int
+    CP_LEARNER_FORCED: int
+    CP_LEARNER_NO_BAND: int
+    CP_LEARNER_OFF: int
+    CP_LEARNER_OUTSIDE: int
+    CP_UNTOUCHED_LOOK: int
+    CP_UNTOUCHED_SMALL: int
+    CP_UNTOUCHED_NEVER: int
+    CP_LEARNED_NONE: int
     CP_REGION_NORMAL: int
     CP_REGION_THP: int
     CP_REGION_HUGETLB: int
@@ -136,6 +167,7 @@ class _Lib:
     def cp_adapt_stat(self, size_class: int, context: int, out: _CData, /) -> int: ...
     def cp_policy_decide(self, p: _CData, nbytes: int, count: int, method: int, threads: int,
                          hot: int, hot_nbytes: int, out: _CData, /) -> None: ...
+    def cp_policy_hot_all(self, p: _CData, addr: _CData, nbytes: int, /) -> int: ...
     def cp_region_map(self, size: int, align: int, kind: int, huge_shift: int, out: _CData,
                       /) -> int: ...
     def cp_region_unmap(self, addr: int, size: int, /) -> int: ...

@@ -362,10 +362,10 @@ INDEX = {r.name: i for i, r in enumerate(ROUTINES)}
 
 
 def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
-                  adapt: tuple[int, int] = (0, 0)) -> Any:
+                  adapt: bool = False) -> Any:
     """The ``struct cp_policy`` (csrc/core/policy.h) for these thresholds: the
-    numbers the native rules read.  adapt: the band of sizes where single
-    auto clears ask the learner ((0, 0): none)."""
+    numbers the native rules read.  adapt: whether adaptive auto is on (the
+    dispatch state's ``adapt_active``); off, no size asks the learner."""
     p = ffi.new("struct cp_policy *")
     p.memset = INDEX["libc"]
     p.temporal = INDEX[th.temporal]
@@ -380,7 +380,8 @@ def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
     p.thread_min = min(th.thread_min, NEVER)
     p.max_threads = th.max_threads
     p.cores = cpu.cores
-    p.adapt_min, p.adapt_max = adapt
+    p.adapt_min, p.adapt_max = th.adapt_min, th.adapt_max
+    p.adapt_active = int(bool(adapt))
     p.hot_max = min(th.hot_max, NEVER)
     p.hot_max_other = min(th.hot_max_other, th.hot_max, NEVER)
     p.untouched_min = UNTOUCHED_MIN
@@ -388,7 +389,8 @@ def native_policy(cpu: CPU, th: Thresholds, forced: str | None = None,
 
 
 class Decision(NamedTuple):
-    """What the native policy decided for one call."""
+    """What the native policy decided for one call, and the reason codes of
+    the rules that decided it (``CP_WHY_*`` and the rest, csrc/core/policy.h)."""
 
     method: str
     threads: int
@@ -402,11 +404,24 @@ class Decision(NamedTuple):
     """The hot range's length (with hot=True: the tail cleared hot)."""
     skip_untouched: bool = False
     """The pages never touched are looked for and left alone first."""
+    why: int = 0
+    """Which rule chose the routine: a ``CP_WHY_*`` code (ROUTE_REASONS)."""
+    hot_why: int = 0
+    """How long the hot part is: a ``CP_HOT_PART_*`` code (HOT_REASONS)."""
+    threads_why: int = 0
+    """``CP_THREADS_*``: the caller's number, or how "auto" counted."""
+    adapt_why: int = 0
+    """``CP_LEARNER_*``: whether the learner is asked, and if not, why."""
+    untouched_why: int = 0
+    """``CP_UNTOUCHED_*``: whether untouched pages are looked for, and why."""
+    learned: int = 0
+    """The learner's own reason code for the role it runs (CP_LEARNED_NONE
+    from the policy)."""
 
 
-def hot_word(hot: int | bool | None) -> tuple[int, int]:
-    """(the native policy's hot mode, the range's length) for what decide
-    and plan take: None, True, False or a hot range's length."""
+def hot_hint(hot: int | bool | None) -> tuple[int, int]:
+    """(the native policy's hint, the range's length) for what decide and
+    plan take: None, True, False or a hot range's length."""
     if hot is None:
         return lib.CP_POLICY_HOT_NONE, 0
     if hot is True:
@@ -421,19 +436,21 @@ def decision(policy: Any, nbytes: int, count: int = 1, threads: Threads = 1,
     """The native rules' answer for a policy built by :func:`native_policy`
     (plan() asks clearpages._fast the same question about the policy it was
     configured with).  hot_nbytes: a hot range's length, or True / False,
-    the whole-buffer words."""
+    the whole-buffer hints (True: of a buffer cleared lately, the learner's
+    history is not asked)."""
     out = ffi.new("struct cp_decision *")
-    mode, hot_n = hot_word(hot_nbytes)
+    hint, hot_n = hot_hint(hot_nbytes)
     lib.cp_policy_decide(policy, nbytes, count,
                          lib.CP_POLICY_AUTO if method == "auto" else INDEX[method],
                          lib.CP_POLICY_THREADS_AUTO if threads == "auto" else int(threads),
-                         mode, hot_n, out)
+                         hint, hot_n, out)
     return Decision(ROUTINES[out.routine].name, int(out.threads), int(out.unit),
                     ROUTINES[out.hot_routine].name if out.hot_routine >= 0 else None,
                     bool(out.adaptive),
                     (ROUTINES[out.roles[0]].name, ROUTINES[out.roles[1]].name),
-                    int(out.hot_nbytes),
-                    bool(out.skip_untouched))
+                    int(out.hot_nbytes), bool(out.skip_untouched), int(out.why),
+                    int(out.hot_why), int(out.threads_why), int(out.adapt_why),
+                    int(out.untouched_why), int(out.learned))
 
 
 def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
@@ -447,7 +464,7 @@ def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
     True: all of it is used next; False: not soon."""
     d = decision(native_policy(cpu, th, forced), nbytes, count, threads,
                  hot_nbytes=hot if hot is None or isinstance(hot, bool) else hot[1] - hot[0])
-    return explain(th, d, nbytes, count, threads=threads, forced=forced, hot=hot)
+    return explain(th, d, nbytes, count, forced=forced)
 
 
 def _evidence(th: Thresholds, *fields: str) -> tuple[str, ...]:
@@ -465,103 +482,122 @@ def _shown(th: Thresholds, field: str) -> str:
     return format_size(v) if isinstance(v, int) and v < NEVER else str(v)
 
 
+# ---- the reason tables: a decision's codes -> sentences ---------------------
+#
+# Each rule is stated once, in csrc/core/policy.c, which says which rule
+# fired (the decision's reason codes).  These tables put each code into
+# words: a sentence with the figures of the call filled in, and the
+# thresholds it names, whose evidence goes beside it (Plan.evidence).
+
+#: The decision's ``why``, keyed by (why, hot_why) where a hot part changes
+#: the sentence, else by why alone: (sentence, thresholds it names).
+ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
+    lib.CP_WHY_FORCED: ("CLEARPAGES_METHOD forces {forced}", ()),
+    (lib.CP_WHY_FORCED, lib.CP_HOT_PART_RANGE): (
+        "CLEARPAGES_METHOD forces {forced} for both parts", ()),
+    lib.CP_WHY_METHOD: ("method={method} names the routine", ()),
+    lib.CP_WHY_ONE_ROUTINE: (
+        "{what} is cleared by libc, the C library's memset, at every size", ("temporal",)),
+    lib.CP_WHY_LONG: (
+        "{what} is at least the long_min of {long_min} a piece on one thread, so {method} "
+        "clears it in one call per extent", ("long_min",)),
+    lib.CP_WHY_STREAMING: (
+        "{what} is at least the streaming threshold of {nt_min}, so {method}: non-temporal "
+        "stores skip the read-for-ownership and keep the cache for other data",
+        ("nt_min", "streaming")),
+    lib.CP_WHY_MEMSET_BELOW_NT: (
+        "{what} is below the streaming threshold of {nt_min}, with no vector_max below it, "
+        "so libc, the C library's memset", ("nt_min", "vector_max")),
+    lib.CP_WHY_MEMSET: (
+        "{what} is below the vector_max of {vector_max}{a_piece}, so libc: memset's vector "
+        "stores start fastest", ("vector_max",)),
+    lib.CP_WHY_TEMPORAL: (
+        "{what} is below the streaming threshold of {nt_min}, so {method} clears it with "
+        "ordinary stores", ("nt_min", "temporal")),
+    lib.CP_WHY_NOT_SOON: (
+        "hot=False says it is not used soon, so {method} streams all {size} and is never "
+        "learned: streaming stores leave the cache to the program's other data", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_RANGE): (
+        "{method} streams the {rest} outside the hot range, which is not read again soon, "
+        "then {hot_method} clears the {hot} hot range last with ordinary stores that leave "
+        "it in the cache", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_WHOLE): (
+        "hot=True says all of it is used next, so {hot_method} clears all {size} with "
+        "ordinary stores that leave it in the cache for the program's next reads, as it is "
+        "at most the {hot_max} hot_max", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_TAIL): (
+        "hot=True says all of it is used next, so {method} clears the first {rest} and "
+        "{hot_method} the last {hot}, last, so that the hot_max of {hot} is in the cache "
+        "for the program's next reads", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_OTHER): (
+        "hot=True says all of it is used next, so {method} clears the first {rest} and "
+        "{hot_method} the last {hot}, last, so that the hot_max_other of {hot} is in the "
+        "cache for the program's next reads", ()),
+}
+
+#: The thresholds that set the hot part's length (``hot_why``).
+HOT_EVIDENCE: dict[int, tuple[str, ...]] = {
+    lib.CP_HOT_PART_NONE: (),
+    lib.CP_HOT_PART_RANGE: (),
+    lib.CP_HOT_PART_WHOLE: ("hot_max",),
+    lib.CP_HOT_PART_TAIL: ("hot_max",),
+    lib.CP_HOT_PART_OTHER: ("hot_max", "hot_max_other"),
+}
+
+#: What "auto" threads add to the sentence (``threads_why``).
+THREADS_REASONS: dict[int, tuple[str, tuple[str, ...]]] = {
+    lib.CP_THREADS_GIVEN: ("", ()),
+    lib.CP_THREADS_ONE: ("", ()),
+    lib.CP_THREADS_BY_SIZE: (", on {threads} threads from the thread_min of {thread_min}",
+                             ("thread_min",)),
+}
+
+#: Whether the pages never touched are looked for (``untouched_why``).
+UNTOUCHED_REASONS: dict[int, str] = {
+    lib.CP_UNTOUCHED_LOOK: "pages never touched (private anonymous memory neither present "
+                           "nor swapped) are left alone: they already read as zero",
+    lib.CP_UNTOUCHED_SMALL: "untouched pages are looked for from {untouched_min} of work; "
+                            "{work} is less",
+    lib.CP_UNTOUCHED_NEVER: "untouched pages are not looked for (set_untouched(0))",
+}
+
+
+#: plan()'s ``learned`` where the policy alone says why the learner is not
+#: asked (``adapt_why``); the learner's own sentences are _adapt's.
+LEARNER_REASONS: dict[int, str] = {
+    lib.CP_LEARNER_METHOD: "not adaptive: a routine was named",
+    lib.CP_LEARNER_HINT: "not adaptive: hot= is the program's word, never overridden",
+    lib.CP_LEARNER_JOB: "not adaptive: only single clears on one thread are timed",
+}
+
+
 def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
-            threads: Threads = 1, forced: str | None = None,
-            hot: tuple[int, int] | bool | None = None) -> Plan:
+            forced: str | None = None) -> Plan:
     """The Plan of a decision: its figures, the reason in one plain sentence
-    (the rule and the numbers), and the evidence for each threshold the
-    reason names (``Plan.evidence``, where the measurements are quoted)."""
-    if hot is False:
-        reason = ("CLEARPAGES_METHOD forces %s" % forced if forced is not None else
-                  "hot=False says it is not used soon, so %s streams all %s and is never "
-                  "learned: streaming stores leave the cache to the program's other data"
-                  % (d.method, format_size(nbytes)))
-        return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
-                    nbytes=nbytes, count=1)
-    if hot is True:
-        other = d.hot_nbytes < min(nbytes, th.hot_max)
-        evidence = _evidence(th, "hot_max", "hot_max_other") if other else _evidence(
-            th, "hot_max")
-        if forced is not None:
-            reason = "CLEARPAGES_METHOD forces %s" % forced
-        elif d.hot_nbytes >= nbytes:
-            return Plan(method=d.hot_method or d.method, threads=1, chunk=d.unit, reason=(
-                "hot=True says all of it is used next, so %s clears all %s with ordinary "
-                "stores that leave it in the cache for the program's next reads, as it is "
-                "at most the %s hot_max" % (d.hot_method, format_size(nbytes),
-                                            format_size(th.hot_max))),
-                nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
-        else:
-            reason = ("hot=True says all of it is used next, so %s clears the first %s and "
-                      "%s the last %s, last, so that the %s of %s is in the cache for "
-                      "the program's next reads" % (
-                          d.method, format_size(nbytes - d.hot_nbytes), d.hot_method,
-                          format_size(d.hot_nbytes),
-                          "hot_max_other" if other else "hot_max",
-                          format_size(d.hot_nbytes if other else th.hot_max)))
-        return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
-                    nbytes=nbytes, count=1, hot_method=d.hot_method, evidence=evidence)
-    if hot is not None:
-        hot_n = hot[1] - hot[0]
-        if forced is not None:
-            reason = "CLEARPAGES_METHOD forces %s for both parts" % forced
-        else:
-            reason = ("%s streams the %s outside the hot range, which is not read again "
-                      "soon, then %s clears the %s hot range last with ordinary stores that "
-                      "leave it in the cache" % (d.method, format_size(nbytes - hot_n),
-                                                 d.hot_method, format_size(hot_n)))
-        return Plan(method=d.method, threads=d.threads, chunk=d.unit, reason=reason,
-                    nbytes=nbytes, count=1, hot_method=d.hot_method,
-                    **untouched_words(d, nbytes - hot_n))
-    what = format_size(nbytes) if count == 1 else (
-        "%s in %d pieces" % (format_size(nbytes), count))
-    method = d.method
-    fields: tuple[str, ...] = ()
-    if forced is not None:
-        reason = "CLEARPAGES_METHOD forces %s" % forced
-    elif th.streaming == th.temporal == "libc":
-        # A portable build: memset on both sides of every threshold.
-        reason = "%s is cleared by libc, the C library's memset, at every size" % what
-        fields = ("temporal",)
-    elif method == th.long and nbytes >= th.nt_min and method != th.streaming:
-        reason = ("%s is at least the long_min of %s a piece on one thread, so %s clears "
-                  "it in one call per extent" % (what, format_size(th.long_min), method))
-        fields = ("long_min",)
-    elif method == th.streaming and nbytes >= th.nt_min:
-        reason = ("%s is at least the streaming threshold of %s, so %s: non-temporal "
-                  "stores skip the read-for-ownership and keep the cache for other data"
-                  % (what, format_size(th.nt_min), method))
-        fields = ("nt_min", "streaming")
-    elif method == "libc" and th.vector_max >= NEVER and nbytes < th.nt_min:
-        reason = ("%s is below the streaming threshold of %s, so libc, the C library's "
-                  "memset" % (what, format_size(th.nt_min)))
-        fields = ("nt_min", "vector_max")
-    elif method == "libc" and nbytes < th.nt_min:
-        reason = ("%s is below the vector_max of %s%s, so libc: memset's vector stores "
-                  "start fastest" % (what, format_size(th.vector_max),
-                                     " a piece" if count > 1 else ""))
-        fields = ("vector_max",)
-    else:
-        reason = ("%s is below the streaming threshold of %s, so %s clears it with "
-                  "ordinary stores" % (what, format_size(th.nt_min), method))
-        fields = ("nt_min", "temporal")
-    if count > 1:
-        reason += ", chosen from the total as one piece of work"
-    if d.threads > 1 and threads == "auto":
-        reason += ", on %d threads from the thread_min of %s" % (
-            d.threads, format_size(th.thread_min))
-        fields += ("thread_min",)
-    return Plan(method=method, threads=d.threads, chunk=d.unit, reason=reason,
-                nbytes=nbytes, count=count, evidence=_evidence(th, *fields),
-                **untouched_words(d, nbytes))
-
-
-def untouched_words(d: Decision, work: int) -> dict[str, Any]:
-    """Plan.skips_untouched and Plan.untouched for a decision over work bytes."""
-    if d.skip_untouched:
-        return {"skips_untouched": True,
-                "untouched": "pages never touched (private anonymous memory neither "
-                             "present nor swapped) are left alone: they already read as zero"}
-    return {"skips_untouched": False,
-            "untouched": "untouched pages are looked for from %s of work; %s is less"
-                         % (format_size(UNTOUCHED_MIN), format_size(work))}
+    (the rule that fired, from the decision's reason codes, with the
+    numbers), and the evidence for each threshold the reason names
+    (``Plan.evidence``, where the measurements are quoted)."""
+    size = format_size
+    rest = nbytes - d.hot_nbytes
+    figures = {
+        "what": size(nbytes) if count == 1 else "%s in %d pieces" % (size(nbytes), count),
+        "size": size(nbytes), "rest": size(rest), "hot": size(d.hot_nbytes),
+        "method": d.method, "hot_method": d.hot_method, "forced": forced,
+        "threads": d.threads, "a_piece": " a piece" if count > 1 else "",
+        "work": size(rest), "untouched_min": size(UNTOUCHED_MIN),
+    }
+    figures.update((f, size(getattr(th, f))) for f in (
+        "nt_min", "vector_max", "long_min", "thread_min", "hot_max"))
+    sentence, fields = ROUTE_REASONS.get((d.why, d.hot_why)) or ROUTE_REASONS[d.why]
+    more, thread_fields = THREADS_REASONS[d.threads_why]
+    reason = sentence + (", chosen from the total as one piece of work" if count > 1 else "")
+    reason = (reason + more).format(**figures)
+    method, threads = d.method, d.threads
+    if d.why == lib.CP_WHY_HOT and d.hot_why == lib.CP_HOT_PART_WHOLE:
+        # Nothing is left to stream: the hot routine clears it all, on one thread.
+        method, threads = d.hot_method or d.method, 1
+    return Plan(method=method, threads=threads, chunk=d.unit, reason=reason, nbytes=nbytes,
+                count=count, hot_method=d.hot_method,
+                evidence=_evidence(th, *(HOT_EVIDENCE[d.hot_why] + fields + thread_fields)),
+                skips_untouched=d.skip_untouched,
+                untouched=UNTOUCHED_REASONS[d.untouched_why].format(**figures))

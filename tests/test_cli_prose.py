@@ -82,7 +82,26 @@ def test_a_reason_is_one_plain_sentence(n):
         p = cp.plan(n, **kw)
         why = one_plain_sentence(p.reason)
         assert why is None, "%s: %s: %r" % (kw, why, p.reason)
-        assert p.evidence == tuple(p.evidence)
+        assert_evidence_matches(p, cp.thresholds())
+
+
+#: How a reason names each threshold whose evidence goes beside it.
+NAMED = {"nt_min": "streaming threshold", "vector_max": "vector_max", "long_min": "long_min",
+         "thread_min": "thread_min", "hot_max": "hot_max", "hot_max_other": "hot_max_other"}
+
+
+def assert_evidence_matches(p, th):
+    """Every threshold the reason names has its line of evidence, and every
+    line of evidence is for a threshold (or role's routine) the reason names."""
+    fields = [e.split(":")[0].split(" ")[0] for e in p.evidence]
+    assert len(set(fields)) == len(fields), p.evidence
+    for field, words in NAMED.items():
+        if re.search(r"\b%s\b" % words, p.reason):
+            assert field in fields, (field, p.reason, p.evidence)
+    for field in fields:
+        named = NAMED.get(field)
+        assert (named and named in p.reason) or str(getattr(th, field)) in p.reason, \
+            (field, p.reason, p.evidence)
 
 
 def test_synthetic_cpus_reasons_too():
@@ -97,6 +116,7 @@ def test_synthetic_cpus_reasons_too():
                     for threads in (1, "auto"):
                         p = _policy.decide(cpu, th, n, count, threads=threads)
                         assert one_plain_sentence(p.reason) is None, p.reason
+                        assert_evidence_matches(p, th)
 
 
 def test_the_reasons_evidence_is_printed_by_plan():

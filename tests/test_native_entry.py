@@ -293,15 +293,21 @@ def test_small_clears_keep_the_gil_large_ones_release_it():
     assert _fast.settings()["gil_min"] == _policy.GIL_RELEASE_MIN
 
 
-def test_adaptation_band_is_the_states(config):
-    """The native entry times auto clears in the band the state chose, and
-    in none with CLEARPAGES_ADAPT=0."""
+def test_adaptation_switch_is_the_states(config):
+    """The native policy adapts exactly when the state's adapt_active says
+    so, in the thresholds' band; CLEARPAGES_ADAPT=0 turns it off there too,
+    and no size is then timed."""
     config({})
     st, s = _dispatch.state(), _fast.settings()
-    assert (s["adapt_min"], s["adapt_max"]) == (st.adapt_min, st.adapt_max)
+    th = st.thresholds
+    assert (s["adapt_min"], s["adapt_max"]) == (th.adapt_min, th.adapt_max)
+    assert s["adapt"] == st.adapt_active == (th.adapt_min < th.adapt_max)
+    if st.adapt_active:
+        assert _fast.decide(th.adapt_min)[4] is True
     config({"CLEARPAGES_ADAPT": "0"})
-    s = _fast.settings()
-    assert s["adapt"] == 0 and s["adapt_min"] == s["adapt_max"] == 0
+    st, s = _dispatch.state(), _fast.settings()
+    assert s["adapt"] == 0 and st.adapt_active is False
+    assert not any(_fast.decide(n)[4] for n in (th.adapt_min, th.adapt_max - 1, 1 << 20))
 
 
 # ---- the public API's types and exceptions --------------------------------------

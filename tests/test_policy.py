@@ -310,36 +310,58 @@ def test_plan_bad_threads(bad):
         cp.plan(4096, threads=bad)
 
 
+def _routine_by_rule(th, forced, n, count, threads):
+    """The routing rule, stated here apart from csrc/core/policy.c so that a
+    change to either shows: a forced routine always; streaming from nt_min
+    in all (the long routine for pieces of long_min on one thread); memset
+    below vector_max a piece; the temporal routine between."""
+    if forced is not None:
+        return forced
+    if n >= th.nt_min:
+        return th.long if th.long and threads == 1 and n // count >= th.long_min \
+            else th.streaming
+    return "libc" if n // count < th.vector_max else th.temporal
+
+
+def _threads_by_rule(th, cores, n, threads):
+    """threads="auto": one below thread_min, then one per half of it, up to
+    the cap (max_threads, the CPUs, a job's 256)."""
+    if threads != "auto":
+        return threads
+    cap = min(th.max_threads or cores, cores, _fast.MAX_THREADS)
+    return 1 if cap <= 1 or n < th.thread_min else min(n // (th.thread_min // 2), cap)
+
+
 @pytest.mark.parametrize("env", [{}, {"CLEARPAGES_NT_THRESHOLD": "1000"},
                                  {"CLEARPAGES_NT_THRESHOLD": "64M"},
                                  {"CLEARPAGES_DISABLE": "erms,avx512f"},
                                  {"CLEARPAGES_METHOD": "rep_stosq"}])
-def test_plan_is_the_native_policys(config, env):
-    """plan() reports the native policy's decision for the configured
-    thresholds, the same one a synthetic-CPU decide() gets for them, for
-    every size, piece count and thread setting; plan's defaults are clear()'s."""
+def test_plan_follows_the_rules(config, env):
+    """plan() (what every call runs: test_config checks that clear() runs
+    it) routes, counts threads and sizes units by the rules, for every size
+    next to a threshold, piece count and thread setting, with the
+    configured thresholds; plan's defaults are clear()'s."""
     if env.get("CLEARPAGES_METHOD", "libc") not in _dispatch.state().built:
         pytest.skip("CLEARPAGES_METHOD=%s: %s" % (env["CLEARPAGES_METHOD"],
                                                     _dispatch.state().missing(env["CLEARPAGES_METHOD"])))
     config(env)
     st = _dispatch.state()
     th = st.thresholds
-    sizes = [0, 1, 2047, 2048, 4096, 1000, 1 * MiB, th.nt_min - 1, th.nt_min,
-             th.thread_min - 1, th.thread_min, 1 * GiB, 5 * GiB + 3]
-    for n in sizes:
-        if not 0 <= n <= _config.MAX_SIZE:
-            continue
+    edges = [th.vector_max, th.nt_min, th.thread_min, th.long_min, 2 * th.thread_min]
+    sizes = {0, 1, 4096, 1 * MiB, 1 * GiB, 5 * GiB + 3} | {
+        e + d for e in edges for d in (-1, 0) if e < _policy.NEVER}
+    for n in sorted(x for x in sizes if 0 <= x <= _config.MAX_SIZE):
         assert cp.plan(n) == cp.plan(n, count=1, threads=1)
         for count in (1, 3, 4096):
             for threads in (1, 2, 7, "auto"):
                 p = cp.plan(n, count=count, threads=threads)
-                got = _fast.decide(n, count, threads)
-                assert got[:3] == (p.method, p.threads, p.chunk), (n, count, threads, p)
-                q = _policy.decide(st.cpu, th, n, count, threads=threads, forced=st.forced)
-                assert (q.method, q.threads, q.chunk, q.reason) == (
-                    p.method, p.threads, p.chunk, p.reason), (n, count, threads)
-                assert 1 <= p.threads <= _fast.MAX_THREADS
-                assert p.chunk % (4 * KiB) == 0
+                want = _threads_by_rule(th, st.cpu.cores, n, threads)
+                assert p.threads == want, (n, count, threads, p)
+                assert p.method == _routine_by_rule(th, st.forced, n, count, want), \
+                    (n, count, threads, p)
+                unit = th.unit if want == 1 else min(th.unit, max(
+                    4 * KiB, -(-n // (4 * want)) + 4 * KiB - 1 & ~(4 * KiB - 1)))
+                assert p.chunk == unit, (n, count, threads, p)
 
 
 def test_whole_buffer_words():
@@ -358,7 +380,7 @@ def test_whole_buffer_words():
     for n in (4 * KiB, 64 * KiB, 1 * GiB):
         p = _policy.decide(ZEN4, th, n, hot=False)
         assert p.method == th.streaming and p.hot_method is None, n
-    d = _policy.decision(_policy.native_policy(ZEN4, th, adapt=(th.adapt_min, th.adapt_max)),
+    d = _policy.decision(_policy.native_policy(ZEN4, th, adapt=True),
                          64 * KiB, hot_nbytes=False)
     assert not d.adaptive
     assert _policy.decide(ZEN4, th, 1 * MiB, hot=False, forced="libc").method == "libc"
@@ -370,7 +392,7 @@ def test_hot_true_of_a_buffer_not_cleared_lately_keeps_a_quarter_of_the_l3():
     a buffer that short is still cleared all hot."""
     th = _policy.with_adaptive_band(ZEN4, _policy.default_thresholds(ZEN4, ALL))
     assert th.hot_max_other == 8 * MiB and "quarter" in th.reason("hot_max_other")
-    policy = _policy.native_policy(ZEN4, th, adapt=(th.adapt_min, th.adapt_max))
+    policy = _policy.native_policy(ZEN4, th, adapt=True)
     out = ffi.new("struct cp_decision *")
     for n, tail in ((4 * MiB, 4 * MiB), (16 * MiB, 8 * MiB), (64 * MiB, 8 * MiB)):
         lib.cp_policy_decide(policy, n, 1, lib.CP_POLICY_AUTO, 1,

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import _core, _dispatch, _system
-from .._policy import NEVER, Thresholds, decide
+from .._native import lib
+from .._policy import NEVER, Thresholds, decide, decision, native_policy
 from .._routines import BY_NAME
 from .._units import KiB, MiB, format_size
 from . import measure as _measure
@@ -213,12 +214,15 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
             "beats the default %s beyond the noise" % default_name
             if name != default_name else "the default, not beaten beyond the noise")
 
-    temps = [s for s in sizes if th.vector_max <= s < th.nt_min]
-    streams = [s for s in sizes if s >= th.nt_min]
+    # Which rule the policy follows at each size measured, as it says.
+    policy = native_policy(cpu, th)
+    rule = {s: decision(policy, s).why for s in sizes}
+    temps = [s for s in sizes if rule[s] == lib.CP_WHY_TEMPORAL]
+    streams = [s for s in sizes if rule[s] in (lib.CP_WHY_STREAMING, lib.CP_WHY_LONG)]
     why["temporal"] = routine_why(temps, th.temporal, default.temporal, True)
 
     if th.vector_max != default.vector_max:
-        at = min((s for s in sizes if s >= th.vector_max), default=None)
+        at = temps[0] if temps else None
         why["vector_max"] = ("measured: %s scores above memset from %s (%s vs %s GB/s %s)"
                              % (th.temporal, format_size(th.vector_max),
                                 _at(data[at], th.temporal), _at(data[at], "libc"),
@@ -248,7 +252,7 @@ def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
             "%s from %s" % (default.long, format_size(default.long_min))
             if default.long else "none")
     elif th.long:
-        at = min(s for s in sizes if s >= th.long_min)
+        at = min(s for s in sizes if rule[s] == lib.CP_WHY_LONG)
         why["long_min"] = why["long"] = "measured: %s %s vs %s %s GB/s at %s" % (
             th.long, _at(data[at], th.long), th.streaming, _at(data[at], th.streaming),
             format_size(at))

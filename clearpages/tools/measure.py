@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .. import _core, _dispatch
+from .. import _core, _dispatch, _fast, _policy
 from .._native import ffi
 from .._routines import BY_NAME
 
@@ -406,8 +406,7 @@ def measure_size(buf: Buffer, size: int, cands: Sequence[Candidate], *,
     # Adaptive auto is judged once it has seen the workload ("after a few
     # dozen calls"): in its band it first makes ADAPT_WARMUP untimed calls of
     # this size and scenario, as a program's loop would.
-    band = _core.thresholds()
-    if band.adapt_min <= size < band.adapt_max:
+    if _policy.Decision(*_fast.decide(size)).adaptive:
         for c in cands:
             if c.kind == "auto":
                 _time_seq(_sequence(c, buf, size, ADAPT_WARMUP, walk))

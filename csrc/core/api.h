@@ -23,7 +23,7 @@
 #include "untouched.h"
 
 #define CP_API_CAPSULE "clearpages._native._C_API"
-#define CP_API_VERSION 3
+#define CP_API_VERSION 4
 #define CP_API_ROUTINES 16      /* room for the routine table */
 
 #define CP_API_FUNCTIONS(X) \
@@ -31,8 +31,8 @@
     X(job_total) X(job_extents) X(job_skip_untouched) X(job_free) \
     X(region_map) X(region_unmap) X(region_discard) X(region_protect) \
     X(region_resize) X(region_move_to) X(region_move_congruent) \
-    X(policy_decide) \
-    X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) X(adapt_recent) \
+    X(policy_decide) X(policy_hot_all) \
+    X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) \
     X(scan_is_zero) X(scan_nonzero_pages) X(untouched_trim) X(extents_free) \
     X(fork_generation)
 

@@ -12,35 +12,65 @@ static int is_temporal(const struct cp_policy *p, int routine)
     return routine >= 0 && routine < 32 && (p->temporal_set >> routine & 1u);
 }
 
-/* The routine "auto" runs for nbytes in count pieces on threads threads:
- * streaming at or above nt_min (all pieces together; the long routine
- * instead for pieces of long_min or more on one thread), memset below
- * vector_max a piece, the temporal routine between; a forced one always. */
-static int route(const struct cp_policy *p, size_t nbytes, size_t count, int threads)
+/* The routine "auto" runs for nbytes in count pieces on threads threads,
+ * and the rule that chose it (*why): streaming at or above nt_min (all
+ * pieces together; the long routine instead for pieces of long_min or more
+ * on one thread), memset below vector_max a piece, the temporal routine
+ * between; a forced one always. */
+static int route(const struct cp_policy *p, size_t nbytes, size_t count, int threads,
+                 int *why)
 {
-    if (p->forced >= 0)
+    int r;
+    if (p->forced >= 0) {
+        *why = CP_WHY_FORCED;
         return p->forced;
-    if (nbytes >= p->nt_min) {
-        if (p->long_routine >= 0 && threads == 1 && nbytes / count >= p->long_min)
-            return p->long_routine;
-        return p->streaming;
     }
-    return nbytes / count < p->vector_max ? p->memset : p->temporal;
+    if (nbytes >= p->nt_min) {
+        int long_ = p->long_routine >= 0 && threads == 1 && nbytes / count >= p->long_min;
+        r = long_ ? p->long_routine : p->streaming;
+        *why = long_ ? CP_WHY_LONG : CP_WHY_STREAMING;
+    } else if (nbytes / count < p->vector_max) {
+        r = p->memset;
+        *why = p->vector_max >= p->nt_min ? CP_WHY_MEMSET_BELOW_NT : CP_WHY_MEMSET;
+    } else {
+        r = p->temporal;
+        *why = CP_WHY_TEMPORAL;
+    }
+    if (r == p->memset && p->memset == p->temporal && p->temporal == p->streaming)
+        *why = CP_WHY_ONE_ROUTINE;      /* a portable build: memset at every size */
+    return r;
 }
 
 /* threads="auto": one thread below thread_min, then one per half of it, at
  * most the cap (the thresholds', the CPUs this process may run on, and what
- * a job takes). */
-static int auto_threads(const struct cp_policy *p, size_t nbytes)
+ * a job takes); threads given: those. */
+static int threads_for(const struct cp_policy *p, size_t nbytes, int threads, int *why)
 {
+    if (threads != CP_POLICY_THREADS_AUTO) {
+        *why = CP_THREADS_GIVEN;
+        return threads;
+    }
     int most = p->max_threads > 0 && p->max_threads < p->cores ? p->max_threads : p->cores;
     if (most > CP_MAX_THREADS)
         most = CP_MAX_THREADS;
-    if (most <= 1 || nbytes < p->thread_min)
+    if (most <= 1 || nbytes < p->thread_min) {
+        *why = CP_THREADS_ONE;
         return 1;
+    }
+    *why = CP_THREADS_BY_SIZE;
     size_t half = p->thread_min / 2;
     size_t t = nbytes / (half ? half : 1);
     return (int)(t < 1 ? 1 : t > (size_t)most ? (size_t)most : t);
+}
+
+/* Whatever the routine: a page never touched reads as zero already, and
+ * writing it costs a fault and a page.  Below untouched_min a resident
+ * buffer would pay the look's few microseconds for too little. */
+static void untouched_for(const struct cp_policy *p, size_t work, struct cp_decision *out)
+{
+    out->skip_untouched = cp_policy_looks_untouched(p, work);
+    out->untouched_why = !p->untouched_min ? CP_UNTOUCHED_NEVER
+                       : out->skip_untouched ? CP_UNTOUCHED_LOOK : CP_UNTOUCHED_SMALL;
 }
 
 /* The unit of work: the configured one on one thread; smaller when threads
@@ -59,6 +89,39 @@ static size_t unit_for(const struct cp_policy *p, size_t nbytes, int threads)
     return share < page ? page : share;
 }
 
+/* hot=True of nbytes: does the buffer's history set the tail?  Only while
+ * adapting (the learner keeps the history), and only where the two tails
+ * differ for this size. */
+static int history_matters(const struct cp_policy *p, size_t nbytes)
+{
+    return p->adapt_active && nbytes > p->hot_max_other && p->hot_max_other < p->hot_max;
+}
+
+/* Single clears on one thread in the band ask the learner while adaptation
+ * is on; each other case says why not, the first that holds. */
+static int learner_for(const struct cp_policy *p, size_t nbytes, size_t count, int method,
+                       int threads, int hot)
+{
+    if (method != CP_POLICY_AUTO)
+        return CP_LEARNER_METHOD;
+    if (hot == CP_POLICY_HOT_ALL || hot == CP_POLICY_HOT_ALL_OTHER)
+        return history_matters(p, nbytes) ? CP_LEARNER_HISTORY : CP_LEARNER_HINT;
+    if (hot)
+        return CP_LEARNER_HINT;
+    /* A job's time is not one routine's. */
+    if (count > 1 || threads > 1)
+        return CP_LEARNER_JOB;
+    if (p->forced >= 0)
+        return CP_LEARNER_FORCED;
+    if (p->adapt_min >= p->adapt_max)
+        return CP_LEARNER_NO_BAND;
+    if (!p->adapt_active)
+        return CP_LEARNER_OFF;
+    if (nbytes < p->adapt_min || nbytes >= p->adapt_max)
+        return CP_LEARNER_OUTSIDE;
+    return CP_LEARNER_ASKED;
+}
+
 void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
                       int method, int threads, int hot, size_t hot_nbytes,
                       struct cp_decision *out)
@@ -69,57 +132,74 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
      * runs below nt_min, and the streaming one. */
     out->roles[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->memset : p->temporal;
     out->roles[CP_ADAPT_STREAMING] = p->streaming;
-    out->adaptive = 0;
     out->hot_routine = CP_POLICY_NONE;
     out->hot_nbytes = 0;
-    /* Whatever the routine: a page never touched reads as zero already, and
-     * writing it costs a fault and a page.  Below untouched_min a resident
-     * buffer would pay the look's few microseconds for too little.  (With a
-     * hot range: the rest must be that large, below.) */
-    out->skip_untouched = p->untouched_min && nbytes >= p->untouched_min;
+    out->hot_why = CP_HOT_PART_NONE;
+    out->learned = CP_LEARNED_NONE;
     if (hot == CP_POLICY_NOT_SOON) {
         /* Not used soon: the routine of a hot= clear's rest, over it all. */
         out->routine = p->forced >= 0 ? p->forced
                      : method == CP_POLICY_AUTO ? p->streaming : method;
-        out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, nbytes) : threads;
+        out->why = p->forced >= 0 ? CP_WHY_FORCED
+                 : method == CP_POLICY_AUTO ? CP_WHY_NOT_SOON : CP_WHY_METHOD;
+        out->threads = threads_for(p, nbytes, threads, &out->threads_why);
         out->unit = unit_for(p, nbytes, out->threads);
-        return;
-    }
-    if (hot == CP_POLICY_HOT_ALL || hot == CP_POLICY_HOT_ALL_OTHER) {
-        /* All of it is used next: what can stay in the cache beside the
-         * program's other data (hot_max) is the hot range, at the end, so
-         * that it is cleared last; the head before it streams.  A buffer
-         * not cleared lately is probably not in the cache: its ordinary-
-         * store clear reads each line in from memory first, so less of it
-         * is worth that (hot_max_other). */
-        size_t most = hot == CP_POLICY_HOT_ALL ? p->hot_max : p->hot_max_other;
-        hot_nbytes = nbytes < most ? nbytes : most;
-    }
-    if (hot) {
+        untouched_for(p, nbytes, out);
+    } else if (hot) {
+        if (hot == CP_POLICY_HOT_ALL || hot == CP_POLICY_HOT_ALL_OTHER) {
+            /* All of it is used next: what can stay in the cache beside the
+             * program's other data (hot_max) is the hot range, at the end,
+             * so that it is cleared last; the head before it streams.  A
+             * buffer not cleared lately is probably not in the cache: its
+             * ordinary-store clear reads each line in from memory first, so
+             * less of it is worth that (hot_max_other). */
+            size_t most = hot == CP_POLICY_HOT_ALL ? p->hot_max : p->hot_max_other;
+            hot_nbytes = nbytes < most ? nbytes : most;
+            out->hot_why = nbytes <= most ? CP_HOT_PART_WHOLE
+                         : most < p->hot_max ? CP_HOT_PART_OTHER : CP_HOT_PART_TAIL;
+        } else {
+            out->hot_why = CP_HOT_PART_RANGE;
+        }
         out->hot_nbytes = hot_nbytes;
         /* The rest streams (it is not read again soon); the hot range gets
          * ordinary stores, so it is in cache when the caller touches it. */
         size_t cold = nbytes - hot_nbytes;
         if (p->forced >= 0) {
             out->routine = out->hot_routine = p->forced;
+            out->why = CP_WHY_FORCED;
         } else if (method == CP_POLICY_AUTO) {
+            int unused;
             out->routine = p->streaming;
-            int h = route(p, hot_nbytes, 1, 1);
+            int h = route(p, hot_nbytes, 1, 1, &unused);
             out->hot_routine = h == p->streaming && !is_temporal(p, h) ? p->temporal : h;
+            out->why = CP_WHY_HOT;
         } else {
             out->routine = method;
             out->hot_routine = is_temporal(p, method) ? method : p->temporal;
+            out->why = CP_WHY_METHOD;
         }
-        out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, cold) : threads;
+        out->threads = threads_for(p, cold, threads, &out->threads_why);
         out->unit = unit_for(p, cold, out->threads);
-        out->skip_untouched = p->untouched_min && cold >= p->untouched_min;
-        return;
+        /* With a hot range: the rest must be that large. */
+        untouched_for(p, cold, out);
+    } else {
+        out->threads = threads_for(p, nbytes, threads, &out->threads_why);
+        if (method == CP_POLICY_AUTO) {
+            out->routine = route(p, nbytes, count, out->threads, &out->why);
+        } else {
+            out->routine = method;
+            out->why = CP_WHY_METHOD;
+        }
+        out->unit = unit_for(p, nbytes, out->threads);
+        untouched_for(p, nbytes, out);
     }
-    out->threads = threads == CP_POLICY_THREADS_AUTO ? auto_threads(p, nbytes) : threads;
-    out->routine = method == CP_POLICY_AUTO ? route(p, nbytes, count, out->threads) : method;
-    out->unit = unit_for(p, nbytes, out->threads);
-    /* Only single clears on one thread are timed: a job's time is not one
-     * routine's. */
-    out->adaptive = method == CP_POLICY_AUTO && p->forced < 0 && count == 1
-        && out->threads == 1 && nbytes >= p->adapt_min && nbytes < p->adapt_max;
+    out->adapt_why = learner_for(p, nbytes, count, method, out->threads, hot);
+    out->adaptive = out->adapt_why == CP_LEARNER_ASKED;
+}
+
+int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes)
+{
+    if (!history_matters(p, nbytes))
+        return CP_POLICY_HOT_ALL;
+    return cp_adapt_recent(addr, nbytes) == 0 ? CP_POLICY_HOT_ALL_OTHER : CP_POLICY_HOT_ALL;
 }

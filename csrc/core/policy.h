@@ -48,9 +48,60 @@ struct cp_policy {
     int cores;                  /* CPUs this process may run on */
     size_t adapt_min, adapt_max;    /* the adaptive band: single auto clears of
                                        adapt_min <= n < adapt_max ask the learner */
+    int adapt_active;           /* 1: adaptive auto is on (the dispatch state's
+                                   adapt_active); 0: the static choice */
     size_t hot_max;             /* hot=True: at most this tail is cleared hot */
     size_t hot_max_other;       /* ... of a buffer not cleared lately */
     size_t untouched_min;       /* work of this much looks for untouched pages; 0: never */
+};
+
+/* Reason codes: which rule of cp_policy_decide made each part of a
+ * decision, so that what is shown (plan(), info) reads the rule that
+ * fired rather than working it out again.  Python maps each code to a
+ * sentence (clearpages/_policy.py, the reason tables). */
+enum {
+    /* why: what chose the routine */
+    CP_WHY_FORCED = 1,          /* CLEARPAGES_METHOD (forced), for every size */
+    CP_WHY_METHOD,              /* the caller named the routine */
+    CP_WHY_ONE_ROUTINE,         /* memset, temporal and streaming are one routine */
+    CP_WHY_LONG,                /* from nt_min, long_min a piece on one thread */
+    CP_WHY_STREAMING,           /* from nt_min in all */
+    CP_WHY_MEMSET,              /* below vector_max a piece */
+    CP_WHY_MEMSET_BELOW_NT,     /* below nt_min, with vector_max no lower */
+    CP_WHY_TEMPORAL,            /* from vector_max a piece up to nt_min */
+    CP_WHY_NOT_SOON,            /* hot=False: the streaming routine over all of it */
+    CP_WHY_HOT,                 /* a hot part: the rest streams, the hot part is
+                                   cleared last with ordinary stores */
+    /* hot_why: how long the hot part is */
+    CP_HOT_PART_NONE = 0,       /* no hot part */
+    CP_HOT_PART_RANGE = 1,      /* hot=(start, stop): the program's range */
+    CP_HOT_PART_WHOLE,          /* hot=True, all of it: no longer than the tail's limit */
+    CP_HOT_PART_TAIL,           /* hot=True: the last hot_max bytes */
+    CP_HOT_PART_OTHER,          /* hot=True of a buffer not cleared lately: the
+                                   last hot_max_other bytes */
+    /* threads_why */
+    CP_THREADS_GIVEN = 0,       /* the caller's number */
+    CP_THREADS_ONE = 1,         /* "auto": one (below thread_min, or one CPU) */
+    CP_THREADS_BY_SIZE,         /* "auto": one per half thread_min, up to the cap */
+    /* adapt_why: whether the learner is asked, and if not, why */
+    CP_LEARNER_ASKED = 1,       /* adaptive: it chooses a role, the clear is timed */
+    CP_LEARNER_METHOD,          /* a routine was named */
+    CP_LEARNER_HINT,            /* a hot= hint, never overridden */
+    CP_LEARNER_HISTORY,         /* hot=True: the buffer's history (cp_policy_hot_all)
+                                   sets the tail's length */
+    CP_LEARNER_JOB,             /* several pieces or threads: only single clears on
+                                   one thread are timed */
+    CP_LEARNER_FORCED,          /* CLEARPAGES_METHOD */
+    CP_LEARNER_NO_BAND,         /* no adaptive band (one routine: nothing to choose) */
+    CP_LEARNER_OFF,             /* adaptation is off (adapt_active 0) */
+    CP_LEARNER_OUTSIDE,         /* outside the adaptive band */
+    /* untouched_why */
+    CP_UNTOUCHED_LOOK = 1,      /* the work is at least untouched_min */
+    CP_UNTOUCHED_SMALL,         /* less work than untouched_min */
+    CP_UNTOUCHED_NEVER,         /* untouched_min 0: never looked for */
+    /* learned: the learner's own reason for the role it runs; the policy
+     * leaves CP_LEARNED_NONE, the learner's API fills it (adapt.h). */
+    CP_LEARNED_NONE = 0
 };
 
 struct cp_decision {
@@ -63,6 +114,10 @@ struct cp_decision {
     int roles[2];               /* each role's routine, for the learner: [CP_ADAPT_TEMPORAL],
                                    [CP_ADAPT_STREAMING] */
     int skip_untouched;         /* 1: the pages never touched are dropped first */
+    /* Why, one reason code each: CP_WHY_*, CP_HOT_PART_*, CP_THREADS_*,
+     * CP_LEARNER_*, CP_UNTOUCHED_* (above). */
+    int why, hot_why, threads_why, adapt_why, untouched_why;
+    int learned;                /* the learner's, CP_LEARNED_NONE from the policy */
 };
 
 /* The decision for nbytes in count pieces (count 0: as 1).  method: a
@@ -77,6 +132,23 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
                       int method, int threads, int hot, size_t hot_nbytes,
                       struct cp_decision *out);
 
+/* hot=True of nbytes at addr: which hint to decide it with.
+ * CP_POLICY_HOT_ALL_OTHER where the two tails differ for this size and the
+ * learner has not seen the buffer cleared lately (it is probably not in
+ * the cache; the learner remembers this clear); else CP_POLICY_HOT_ALL.
+ * addr NULL (plan()): by the size alone, the answer for a buffer cleared
+ * just before, where one of that size can be cleared again soon. */
+int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes);
+
 /* END CDEF */
+
+/* Whether work of nbytes looks for untouched pages first: the rule behind
+ * a decision's skip_untouched, inline for the scans (is_zero,
+ * nonzero_pages), which ask it of every call, where a whole decision
+ * would cost a tenth of a small one. */
+static inline int cp_policy_looks_untouched(const struct cp_policy *p, size_t nbytes)
+{
+    return p->untouched_min && nbytes >= p->untouched_min;
+}
 
 #endif

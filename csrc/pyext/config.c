@@ -146,9 +146,11 @@ PyObject *fast_set_debug_hook(PyObject *self, PyObject *hook)
 }
 
 /* decide(nbytes, count=1, threads=1, method="auto", hot=None) -> (routine,
- * threads, unit, hot routine or None, adaptive, (temporal arm, streaming
- * arm), hot range's length, skip_untouched): what a call over nbytes in
- * count pieces runs, from the policy every call follows; hot: None, True,
+ * threads, unit, hot routine or None, adaptive, (temporal role, streaming
+ * role), hot range's length, skip_untouched, why, hot_why, threads_why,
+ * adapt_why, untouched_why, learned): what a call over nbytes in count
+ * pieces runs and the rules that chose it (the reason codes of
+ * core/policy.h), from the policy every call follows; hot: None, True,
  * False or the hot range's length.  plan() reports it. */
 PyObject *fast_decide(PyObject *self, PyObject *args)
 {
@@ -165,13 +167,13 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         return NULL;
     }
     unsigned long long hot_n = 0;
-    int word = hot == Py_None ? CP_POLICY_HOT_NONE : hot == Py_True ? CP_POLICY_HOT_ALL
+    int hint = hot == Py_None ? CP_POLICY_HOT_NONE : hot == Py_True ? CP_POLICY_HOT_ALL
              : hot == Py_False ? CP_POLICY_NOT_SOON : CP_POLICY_HOT_RANGE;
-    if ((word == CP_POLICY_HOT_ALL || word == CP_POLICY_NOT_SOON) && count != 1) {
+    if ((hint == CP_POLICY_HOT_ALL || hint == CP_POLICY_NOT_SOON) && count != 1) {
         PyErr_SetString(PyExc_ValueError, "decide: hot= applies to one buffer");
         return NULL;
     }
-    if (word == CP_POLICY_HOT_RANGE) {
+    if (hint == CP_POLICY_HOT_RANGE) {
         hot_n = PyLong_AsUnsignedLongLong(hot);
         if (PyErr_Occurred())
             return NULL;
@@ -180,16 +182,18 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    if (word == CP_POLICY_HOT_ALL)
-        word = hot_all_word(NULL, (size_t)n);
+    if (hint == CP_POLICY_HOT_ALL)
+        hint = nat->policy_hot_all(&cfg.policy, NULL, (size_t)n);
     struct cp_decision d;
-    decide((size_t)n, (size_t)count, idx, t, word, (size_t)hot_n, &d);
-    return Py_BuildValue("(OinOO(OO)nO)", cfg.r[d.routine].name, d.threads, (Py_ssize_t)d.unit,
+    decide((size_t)n, (size_t)count, idx, t, hint, (size_t)hot_n, &d);
+    return Py_BuildValue("(OinOO(OO)nOiiiiii)", cfg.r[d.routine].name, d.threads,
+                         (Py_ssize_t)d.unit,
                          d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
                          cfg.r[d.roles[CP_ADAPT_TEMPORAL]].name,
                          cfg.r[d.roles[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
-                         d.skip_untouched ? Py_True : Py_False);
+                         d.skip_untouched ? Py_True : Py_False, d.why, d.hot_why,
+                         d.threads_why, d.adapt_why, d.untouched_why, d.learned);
 }
 
 PyObject *fast_settings(PyObject *self, PyObject *unused)
@@ -205,7 +209,7 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
                          "unit", (unsigned long long)p->unit,
                          "gil_min", (unsigned long long)cfg.gil_min,
                          "slice_ns", (unsigned long long)cfg.slice_ns,
-                         "adapt", p->adapt_min < p->adapt_max,
+                         "adapt", p->adapt_active,
                          "adapt_min", (unsigned long long)p->adapt_min,
                          "adapt_max", (unsigned long long)p->adapt_max,
                          "untouched_min", (unsigned long long)p->untouched_min);

@@ -133,8 +133,7 @@ void routine_drop(struct routine *r);
 int run_job(struct cp_job *job, int idx, int threads, size_t unit, size_t total);
 int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
-int hot_all_word(const char *base, size_t n);
-int clear_whole(char *base, size_t n, int idx, int threads, int word);
+int clear_whole(char *base, size_t n, int idx, int threads, int hint);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
 size_t skip_untouched(struct cp_job *job, size_t total);
 

@@ -227,28 +227,16 @@ int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int
     return clear_hot_decided(base, n, start, stop, &d);
 }
 
-/* hot=True of n bytes at base: CP_POLICY_HOT_ALL, or CP_POLICY_HOT_ALL_OTHER
- * where the tails differ and the learner has not seen the buffer cleared
- * lately (it is probably not in the cache); it remembers this clear.  base
- * NULL (plan): by the size alone, the answer for a buffer cleared just
- * before, where one of that size can be cleared again "soon". */
-int hot_all_word(const char *base, size_t n)
-{
-    if (n <= cfg.policy.hot_max_other || cfg.policy.hot_max_other >= cfg.policy.hot_max)
-        return CP_POLICY_HOT_ALL;
-    return nat->adapt_recent(base, n) == 0 ? CP_POLICY_HOT_ALL_OTHER : CP_POLICY_HOT_ALL;
-}
-
-/* What the program said of the whole buffer (CP_POLICY_HOT_ALL: all of it
+/* The program's hint for the whole buffer (CP_POLICY_HOT_ALL: all of it
  * is used next; CP_POLICY_NOT_SOON: none of it soon), as the policy
- * decides it. */
-int clear_whole(char *base, size_t n, int idx, int threads, int word)
+ * decides it (hot=True: with the buffer's history, cp_policy_hot_all). */
+int clear_whole(char *base, size_t n, int idx, int threads, int hint)
 {
     struct cp_decision d;
-    if (word == CP_POLICY_HOT_ALL)
-        word = hot_all_word(base, n);
-    decide(n, 1, idx, threads, word, 0, &d);
-    if (word == CP_POLICY_HOT_ALL || word == CP_POLICY_HOT_ALL_OTHER)
+    if (hint == CP_POLICY_HOT_ALL)
+        hint = nat->policy_hot_all(&cfg.policy, base, n);
+    decide(n, 1, idx, threads, hint, 0, &d);
+    if (hint == CP_POLICY_HOT_ALL || hint == CP_POLICY_HOT_ALL_OTHER)
         return clear_hot_decided(base, n, n - d.hot_nbytes, n, &d);
     return clear_extent(base, n, d.routine, d.threads);
 }

@@ -109,16 +109,10 @@ static int scan_extent(const char *p, size_t n, int threads)
 /* The extents of [p, p + n) that hold memory in use, where the policy
  * would look for untouched pages in a clear of n bytes (core/untouched.c):
  * 1 and *kept, *m set (free with extents_free); 0 where it would not look
- * or the look cannot tell: read it all.  Below the policy's minimum no
- * decision is asked for: at 64 KiB in cache it would be a tenth of the
- * call. */
+ * or the look cannot tell: read it all. */
 static int touched_extents(const char *p, size_t n, struct cp_extent **kept, size_t *m)
 {
-    if (!cfg.policy.untouched_min || n < cfg.policy.untouched_min)
-        return 0;
-    struct cp_decision d;
-    decide(n, 1, AUTO, 1, 0, 0, &d);
-    if (!d.skip_untouched)
+    if (!cp_policy_looks_untouched(&cfg.policy, n))
         return 0;
     struct cp_extent whole = {(char *)p, n};
     Py_BEGIN_ALLOW_THREADS
@@ -133,8 +127,7 @@ static int touched_extents(const char *p, size_t n, struct cp_extent **kept, siz
  * the three bytes first, so that a nonzero one still answers at once. */
 static int scan_contiguous(const char *p, size_t n, int threads)
 {
-    if (cfg.policy.untouched_min && n >= cfg.policy.untouched_min
-        && (p[0] | p[n - 1] | p[n / 2]))
+    if (cp_policy_looks_untouched(&cfg.policy, n) && (p[0] | p[n - 1] | p[n / 2]))
         return 0;
     struct cp_extent *kept;
     size_t m;
