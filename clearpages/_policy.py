@@ -489,6 +489,10 @@ def _shown(th: Thresholds, field: str) -> str:
 # words: a sentence with the figures of the call filled in, and the
 # thresholds it names, whose evidence goes beside it (Plan.evidence).
 
+_TAIL = ("hot=True says all of it is used next, so {method} clears the first {rest} and "
+         "{hot_method} the last {hot}, last, so that the %s of {hot} is in the cache for "
+         "the program's next reads")
+
 #: The decision's ``why``, keyed by (why, hot_why) where a hot part changes
 #: the sentence, else by why alone: (sentence, thresholds it names).
 ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
@@ -525,14 +529,8 @@ ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
         "hot=True says all of it is used next, so {hot_method} clears all {size} with "
         "ordinary stores that leave it in the cache for the program's next reads, as it is "
         "at most the {hot_max} hot_max", ()),
-    (lib.CP_WHY_HOT, lib.CP_HOT_PART_TAIL): (
-        "hot=True says all of it is used next, so {method} clears the first {rest} and "
-        "{hot_method} the last {hot}, last, so that the hot_max of {hot} is in the cache "
-        "for the program's next reads", ()),
-    (lib.CP_WHY_HOT, lib.CP_HOT_PART_OTHER): (
-        "hot=True says all of it is used next, so {method} clears the first {rest} and "
-        "{hot_method} the last {hot}, last, so that the hot_max_other of {hot} is in the "
-        "cache for the program's next reads", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_TAIL): (_TAIL % "hot_max", ()),
+    (lib.CP_WHY_HOT, lib.CP_HOT_PART_OTHER): (_TAIL % "hot_max_other", ()),
 }
 
 #: The thresholds that set the hot part's length (``hot_why``).
