@@ -71,6 +71,12 @@ void cp_cpu_probe(struct cp_cpu_info *out);
 
 /* ---- jobs: many extents, chunked, threaded, interruptible (jobs.c) ----- */
 
+/* An extent: one contiguous range of bytes, [addr, addr + len). */
+struct cp_extent {
+    char *addr;
+    size_t len;
+};
+
 struct cp_job;
 
 /* A job over n extents (addrs[i], lens[i]); copied, sorted by address and

@@ -27,18 +27,13 @@
  * split work on page boundaries and streaming routines see aligned lines. */
 #define SPLIT_ALIGN 4096u
 
-struct extent {
-    char *addr;
-    size_t len;
-};
-
 struct item {           /* sort record: offset from a base, length */
     uint64_t key;
     uint64_t len;
 };
 
 struct cp_job {
-    struct extent *ext;
+    struct cp_extent *ext;
     size_t *cum;        /* cum[i]: position of extent i in the byte range */
     size_t n;
     size_t phase;       /* position of the first byte (its page offset) */
@@ -90,7 +85,7 @@ static void sort_items(struct item *a, struct item *tmp, size_t n)
 
 /* The job over m sorted, disjoint extents (ext, of room for at least one);
  * takes ownership of ext, frees it on failure. */
-static struct cp_job *job_from_extents(struct extent *ext, size_t m)
+static struct cp_job *job_from_extents(struct cp_extent *ext, size_t m)
 {
     struct cp_job *job = calloc(1, sizeof(*job));
     size_t *cum = malloc((m + 1) * sizeof(*cum));
@@ -122,7 +117,7 @@ static struct cp_job *job_from_extents(struct extent *ext, size_t m)
 static struct cp_job *job_from_items(char *base, struct item *items, size_t n)
 {
     struct item *tmp = malloc((n ? n : 1) * sizeof(*tmp));
-    struct extent *ext = malloc((n ? n : 1) * sizeof(*ext));
+    struct cp_extent *ext = malloc((n ? n : 1) * sizeof(*ext));
     if (!tmp || !ext) {
         free(tmp);
         free(ext);
@@ -182,7 +177,7 @@ static struct cp_job *job_from_bitmap(char *base, size_t buflen,
 {
     size_t words = (size_t)((npages + 63) / 64);
     uint64_t *bm = calloc(words ? words : 1, sizeof(*bm));
-    struct extent *ext = malloc((n ? n : 1) * sizeof(*ext));
+    struct cp_extent *ext = malloc((n ? n : 1) * sizeof(*ext));
     if (!bm || !ext) {
         free(bm);
         free(ext);
@@ -261,28 +256,11 @@ struct cp_job *cp_job_from_pages(char *base, size_t buflen,
 
 size_t cp_job_skip_untouched(struct cp_job *job)
 {
-    struct cp_extent *in = malloc((job->n ? job->n : 1) * sizeof(*in)), *kept = NULL;
-    if (!in)
-        return 0;
-    for (size_t i = 0; i < job->n; i++) {
-        in[i].addr = job->ext[i].addr;
-        in[i].len = job->ext[i].len;
-    }
-    size_t m = cp_untouched_trim(in, job->n, &kept);
-    free(in);
+    struct cp_extent *kept = NULL;
+    size_t m = cp_untouched_trim(job->ext, job->n, &kept);
     if (m == (size_t)-1)
         return 0;
-    struct extent *ext = malloc((m ? m : 1) * sizeof(*ext));
-    if (!ext) {
-        free(kept);
-        return 0;
-    }
-    for (size_t i = 0; i < m; i++) {
-        ext[i].addr = kept[i].addr;
-        ext[i].len = kept[i].len;
-    }
-    free(kept);
-    struct cp_job *trimmed = job_from_extents(ext, m);
+    struct cp_job *trimmed = job_from_extents(kept, m);
     if (!trimmed)
         return 0;
     size_t before = cp_job_total(job);

@@ -16,12 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* BEGIN CDEF */
+#include "clearpages.h"     /* struct cp_extent */
 
-struct cp_extent {
-    char *addr;
-    size_t len;
-};
+/* BEGIN CDEF */
 
 /* The parts of the sorted, disjoint extents ext[0..n) that may hold data:
  * each extent without the pages that read as zero untouched.  Returns how

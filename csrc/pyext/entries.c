@@ -608,16 +608,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         nat->job_free(job);
         goto release_decline;
     }
-    struct cp_decision d;
-    decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
-    if (d.skip_untouched) {
-        size_t left = skip_untouched(job, total);
-        if (left < total) {       /* decided again, for what is left */
-            total = left;
-            decide(total, (size_t)count, idx, nthreads, 0, 0, &d);
-        }
-    }
-    if (run_job(job, d.routine, d.threads, d.unit, total) == 0)
+    if (run_decided(job, total, (size_t)count, idx, nthreads) == 0)
         res = Py_NewRef(Py_None);
     nat->job_free(job);
 fail:

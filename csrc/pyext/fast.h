@@ -135,7 +135,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
 int clear_whole(char *base, size_t n, int idx, int threads, int hint);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
-size_t skip_untouched(struct cp_job *job, size_t total);
+int run_decided(struct cp_job *job, size_t total, size_t count, int idx, int threads);
 
 /* ---- the module's functions (entries.c, config.c) ------------------------------ */
 

@@ -117,6 +117,15 @@ static int call_routine(const struct routine *r, void *dst, size_t n)
     return 0;
 }
 
+/* A job over n extents (cp_job_new), or NULL with MemoryError set. */
+static struct cp_job *new_job(char **addrs, size_t *lens, size_t n)
+{
+    struct cp_job *job = nat->job_new(addrs, lens, n);
+    if (!job)
+        PyErr_NoMemory();
+    return job;
+}
+
 static int clear_extent_with(char *dst, size_t n, const struct routine *r, int threads,
                              size_t unit)
 {
@@ -124,11 +133,9 @@ static int clear_extent_with(char *dst, size_t n, const struct routine *r, int t
         return call_routine(r, dst, n);
     if (n == 0)
         return 0;
-    struct cp_job *job = nat->job_new(&dst, &n, 1);
-    if (!job) {
-        PyErr_NoMemory();
+    struct cp_job *job = new_job(&dst, &n, 1);
+    if (!job)
         return -1;
-    }
     int rc = run_job_with(job, r, threads, unit, n);
     nat->job_free(job);
     return rc;
@@ -138,7 +145,7 @@ static int clear_extent_with(char *dst, size_t n, const struct routine *r, int t
  * untouched are dropped from it (core/untouched.c), looked for without the
  * GIL: a fraction of a millisecond where it finds such pages, a few
  * microseconds where its sample shows none. */
-size_t skip_untouched(struct cp_job *job, size_t total)
+static size_t skip_untouched(struct cp_job *job, size_t total)
 {
     size_t dropped;
     Py_BEGIN_ALLOW_THREADS
@@ -147,24 +154,44 @@ size_t skip_untouched(struct cp_job *job, size_t total)
     return total - dropped;
 }
 
-/* Clear n extents without their untouched pages, decided again for what is
- * left.  Returns 1 when nothing was dropped (the caller clears as usual),
- * else 0 or -1 (an error is set). */
-static int clear_untouched_aside(char **addrs, size_t *lens, size_t n, size_t total,
-                                 int idx, int threads)
+/* Where *d says so, the job's untouched pages are dropped and what is left
+ * is decided again (into *d: its size and pieces are the job's now).
+ * Returns the bytes left. */
+static size_t drop_untouched(struct cp_job *job, size_t total, int idx, int threads,
+                             struct cp_decision *d)
 {
-    struct cp_job *job = nat->job_new(addrs, lens, n);
-    if (!job) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!d->skip_untouched)
+        return total;
     size_t left = skip_untouched(job, total);
-    int rc = 1;
-    if (left < total) {
-        struct cp_decision d;
-        decide(left, nat->job_extents(job), idx, threads, 0, 0, &d);
-        rc = left ? run_job(job, d.routine, d.threads, d.unit, left) : 0;
-    }
+    if (left < total)
+        decide(left, nat->job_extents(job), idx, threads, 0, 0, d);
+    return left;
+}
+
+/* Decide, drop the untouched pages, decide again, run: a job of total
+ * bytes in count pieces, with routine idx (or AUTO) on threads (0:
+ * "auto").  The job stays the caller's to free. */
+int run_decided(struct cp_job *job, size_t total, size_t count, int idx, int threads)
+{
+    struct cp_decision d;
+    decide(total, count, idx, threads, 0, 0, &d);
+    total = drop_untouched(job, total, idx, threads, &d);
+    return run_job(job, d.routine, d.threads, d.unit, total);
+}
+
+/* One extent the policy (*d) clears without its untouched pages: 1 when
+ * there were none (the caller clears as it decided), else 0 or -1 (an
+ * error is set) once what is left is cleared. */
+static int clear_untouched_aside(char *dst, size_t n, int idx, int threads,
+                                 const struct cp_decision *d)
+{
+    struct cp_job *job = new_job(&dst, &n, 1);
+    if (!job)
+        return -1;
+    struct cp_decision left_d = *d;
+    size_t left = drop_untouched(job, n, idx, threads, &left_d);
+    int rc = left == n ? 1 : left ? run_job(job, left_d.routine, left_d.threads,
+                                            left_d.unit, left) : 0;
     nat->job_free(job);
     return rc;
 }
@@ -178,7 +205,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     struct cp_decision d;
     decide(n, 1, idx, threads, 0, 0, &d);
     if (d.skip_untouched) {
-        int rc = clear_untouched_aside(&dst, &n, 1, n, idx, threads);
+        int rc = clear_untouched_aside(dst, n, idx, threads, &d);
         if (rc != 1)
             return rc;
         /* The GIL was let go meanwhile: decided again, from the table now. */
@@ -254,9 +281,8 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
     size_t lens[2] = {start, n - stop};
     int rc = 0;
     if (cold_n) {
-        struct cp_job *job = nat->job_new(addrs, lens, 2);
+        struct cp_job *job = new_job(addrs, lens, 2);
         if (!job) {
-            PyErr_NoMemory();
             rc = -1;
         } else {
             if (d.skip_untouched)
@@ -277,21 +303,10 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
 {
     if (n == 0)
         return 0;
-    struct cp_decision d;
-    decide(total, n, idx, threads, 0, 0, &d);
-    struct cp_job *job = nat->job_new(addrs, lens, n);
-    if (!job) {
-        PyErr_NoMemory();
+    struct cp_job *job = new_job(addrs, lens, n);
+    if (!job)
         return -1;
-    }
-    if (d.skip_untouched) {
-        size_t left = skip_untouched(job, total);
-        if (left < total) {       /* decided again, for what is left */
-            total = left;
-            decide(total, nat->job_extents(job), idx, threads, 0, 0, &d);
-        }
-    }
-    int rc = run_job(job, d.routine, d.threads, d.unit, total);
+    int rc = run_decided(job, total, n, idx, threads);
     nat->job_free(job);
     return rc;
 }
