@@ -18,6 +18,7 @@
 #include "adapt.h"
 #include "clearpages.h"
 #include "policy.h"
+#include "pool.h"
 #include "region.h"
 #include "scan.h"
 #include "untouched.h"
@@ -34,7 +35,9 @@
     X(policy_decide) X(policy_hot_all) \
     X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) \
     X(scan_is_zero) X(scan_nonzero_pages) X(untouched_trim) X(extents_free) \
-    X(fork_generation)
+    X(fork_generation) \
+    X(pool_new) X(pool_retain) X(pool_unref) X(pool_take) X(pool_give) X(pool_owns) \
+    X(pool_close) X(pool_trim) X(pool_set_pace) X(pool_stats)
 
 /* A routine of the table: NULL where this build has none. */
 struct cp_api_routine {

@@ -31,8 +31,10 @@ enum {
                                      another thread remembers the speed of
                                      a rival routine (err bytes per us)
                                      first, in the slot it found empty */
-    CP_INJECT_ADAPT_HOLD = 9      /* cp_adapt_stat holds the learner's lock
+    CP_INJECT_ADAPT_HOLD = 9,     /* cp_adapt_stat holds the learner's lock
                                      for err milliseconds */
+    CP_INJECT_POOL_THREAD = 10,   /* a pool's thread cannot be started */
+    CP_INJECT_POOL_GROW = 11      /* mapping more memory for a pool fails */
 };
 
 /* Arm site: its nth pass from now (1 = the next) fails with error err

@@ -1,0 +1,762 @@
+/*
+ * Pools (pool.h): blocks zeroed by a native thread off the program's
+ * critical path.
+ *
+ * One lock per pool orders every change of state.  Nobody holds it while
+ * zeroing, faulting in or making a system call: a block being worked on
+ * is "busy", known to the one thread that took it, and comes back under
+ * the lock.  The ready, dirty and fresh blocks are three stacks of
+ * indices, so taking and giving are a few instructions under the lock.
+ *
+ * The memory is mapped in chunks of whole blocks (region.c), found again
+ * by address through a table sorted by address (a numpy array's free
+ * hands back a pointer and nothing else).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "adapt.h"
+#include "clearpages.h"
+#include "inject.h"
+#include "pool.h"
+#include "region.h"
+#include "scan.h"
+
+enum { FRESH = 0, READY = 1, DIRTY = 2, STACKS = 3, BUSY = 3, OUT = 4 };
+
+struct chunk {
+    uintptr_t base;
+    size_t nblocks;
+    size_t first;               /* index of its first block */
+};
+
+struct cp_pool {
+    struct cp_pool_config cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t work;        /* the thread waits here */
+    pthread_cond_t changed;     /* callers wait here */
+    pthread_t thread;
+    int thread_running;
+    atomic_int refs;
+
+    size_t nblocks, room;       /* blocks mapped; room in the arrays */
+    uintptr_t *addr;            /* each block's address */
+    unsigned char *state;
+    size_t *stack[STACKS];      /* fresh, ready, dirty: indices */
+    size_t count[STACKS];       /* written under the lock, read by the thread without */
+    struct chunk *chunks;       /* sorted by base */
+    size_t nchunks, chunk_room;
+    size_t out;
+    size_t callers_busy;        /* blocks callers work on, and a caller's growing */
+    int thread_busy;            /* the thread works on a block */
+    int growing;
+    int thread_failed;          /* the thread's last populate or grow failed:
+                                   it leaves them until something changes */
+    atomic_size_t waiters;
+    atomic_uint_least64_t max_rate;
+    atomic_size_t low_water;
+    atomic_int stop;
+    int closed;                 /* 1 closed; 2 closed, memory kept until the last block */
+    int unmapped;
+    int forked;
+    uint64_t pace_next;         /* the thread's next paced step starts no earlier */
+    struct cp_pool_stats s;     /* the counters (the counts are filled in by cp_pool_stats) */
+
+    struct cp_pool *next, *prev;    /* every pool of the process, for fork */
+};
+
+/* ---- every pool of the process, for fork ------------------------------- */
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cp_pool *pools;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* Fork with every pool's lock held, so the child's copy of each is
+ * consistent; the child has none of the parent's threads, so there every
+ * pool is a copy that hands nothing out. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&pools_lock);
+    for (struct cp_pool *p = pools; p; p = p->next)
+        pthread_mutex_lock(&p->lock);
+}
+
+static void fork_parent(void)
+{
+    for (struct cp_pool *p = pools; p; p = p->next)
+        pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&pools_lock);
+}
+
+static void fork_child(void)
+{
+    for (struct cp_pool *p = pools; p; p = p->next) {
+        p->forked = 1;
+        p->thread_running = 0;
+        atomic_store(&p->waiters, 0);
+        /* Waiters of the parent's threads are not here: new condition
+         * variables, with no record of them (not destroyed first: glibc's
+         * pthread_cond_destroy waits for waiters that will never wake). */
+        memset(&p->work, 0, sizeof p->work);
+        memset(&p->changed, 0, sizeof p->changed);
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&p->work, &attr);
+        pthread_cond_init(&p->changed, &attr);
+        pthread_condattr_destroy(&attr);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&pools_lock);
+}
+
+static void register_fork(void)
+{
+    cp_at_fork(fork_prepare, fork_parent, fork_child);
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    return cp_adapt_now_ns();
+}
+
+static void deadline_of(uint64_t ns, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(ns / 1000000000u);
+    ts->tv_nsec = (long)(ns % 1000000000u);
+}
+
+static size_t load_count(struct cp_pool *p, int which)
+{
+    return __atomic_load_n(&p->count[which], __ATOMIC_RELAXED);
+}
+
+static void push(struct cp_pool *p, int which, size_t i)
+{
+    p->state[i] = (unsigned char)which;
+    p->stack[which][p->count[which]] = i;
+    __atomic_store_n(&p->count[which], p->count[which] + 1, __ATOMIC_RELAXED);
+}
+
+static size_t pop(struct cp_pool *p, int which)
+{
+    size_t n = p->count[which] - 1;
+    __atomic_store_n(&p->count[which], n, __ATOMIC_RELAXED);
+    size_t i = p->stack[which][n];
+    p->state[i] = BUSY;
+    return i;
+}
+
+/* The thread (or a waiting caller) wants work done now, not at the pace. */
+static int in_demand(struct cp_pool *p)
+{
+    return atomic_load_explicit(&p->waiters, memory_order_relaxed) > 0
+        || load_count(p, READY) < atomic_load_explicit(&p->low_water, memory_order_relaxed);
+}
+
+static int may_grow(const struct cp_pool *p)
+{
+    return !p->growing && (!p->cfg.max_blocks || p->nblocks < p->cfg.max_blocks);
+}
+
+/* The chunk holding addr, or NULL. */
+static const struct chunk *chunk_of(const struct cp_pool *p, uintptr_t addr)
+{
+    size_t lo = 0, hi = p->nchunks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct chunk *c = &p->chunks[mid];
+        if (addr < c->base)
+            hi = mid;
+        else if (addr - c->base >= c->nblocks * p->cfg.block_size)
+            lo = mid + 1;
+        else
+            return c;
+    }
+    return NULL;
+}
+
+static void unmap_all(struct cp_pool *p)
+{
+    if (p->unmapped)
+        return;
+    for (size_t i = 0; i < p->nchunks; i++)
+        cp_region_unmap(p->chunks[i].base, p->chunks[i].nblocks * p->cfg.block_size);
+    p->unmapped = 1;
+}
+
+/* A closed pool lets its memory go with its last block. */
+static void settle_closed(struct cp_pool *p)
+{
+    if (p->closed && !p->out && !p->callers_busy && !p->thread_busy && !p->growing
+            && !p->forked)
+        unmap_all(p);
+}
+
+/* ---- growing ---------------------------------------------------------- */
+
+static int make_room(struct cp_pool *p, size_t more)
+{
+    size_t need = p->nblocks + more;
+    if (need > p->room) {
+        size_t room = p->room ? p->room : 16;
+        while (room < need)
+            room *= 2;
+        uintptr_t *addr = realloc(p->addr, room * sizeof *addr);
+        if (addr)
+            p->addr = addr;
+        unsigned char *state = realloc(p->state, room);
+        if (state)
+            p->state = state;
+        int ok = addr && state;
+        for (int k = 0; k < STACKS && ok; k++) {
+            size_t *s = realloc(p->stack[k], room * sizeof *s);
+            if (s)
+                p->stack[k] = s;
+            ok = s != NULL;
+        }
+        if (!ok)
+            return ENOMEM;
+        p->room = room;
+    }
+    if (p->nchunks == p->chunk_room) {
+        size_t room = p->chunk_room ? 2 * p->chunk_room : 8;
+        struct chunk *c = realloc(p->chunks, room * sizeof *c);
+        if (!c)
+            return ENOMEM;
+        p->chunks = c;
+        p->chunk_room = room;
+    }
+    return 0;
+}
+
+/* Map more blocks (fresh).  Called and returns with the lock held; drops
+ * it for the system calls. */
+static int grow(struct cp_pool *p)
+{
+    size_t n = p->cfg.grow_blocks ? p->cfg.grow_blocks : 1;
+    if (p->cfg.max_blocks && n > p->cfg.max_blocks - p->nblocks)
+        n = p->cfg.max_blocks - p->nblocks;
+    size_t bs = p->cfg.block_size, size = n * bs;
+    p->growing = 1;
+    pthread_mutex_unlock(&p->lock);
+
+    uintptr_t base = 0;
+    int err = cp_inject_hit(CP_INJECT_POOL_GROW);
+    if (!err)
+        err = cp_region_map(size, p->cfg.page_size, p->cfg.kind, p->cfg.huge_shift, &base);
+    if (!err && p->cfg.protect) {
+        int failed;
+        err = cp_region_protect(base, size, p->cfg.protect, &failed);
+        if (err)
+            cp_region_unmap(base, size);
+    }
+
+    pthread_mutex_lock(&p->lock);
+    p->growing = 0;
+    if (!err && (err = make_room(p, n)) != 0)
+        cp_region_unmap(base, size);
+    if (!err) {
+        size_t at = p->nchunks;
+        while (at > 0 && p->chunks[at - 1].base > base)
+            at--;
+        memmove(&p->chunks[at + 1], &p->chunks[at], (p->nchunks - at) * sizeof *p->chunks);
+        p->chunks[at] = (struct chunk){base, n, p->nblocks};
+        p->nchunks++;
+        /* Pushed last first, so the lowest address is taken first. */
+        for (size_t k = n; k-- > 0;) {
+            p->addr[p->nblocks + k] = base + k * bs;
+            push(p, FRESH, p->nblocks + k);
+        }
+        p->nblocks += n;
+        p->s.grows++;
+    }
+    pthread_cond_broadcast(&p->changed);
+    return err;
+}
+
+/* ---- the thread ---------------------------------------------------------- */
+
+/* Sleep until the paced step may start, or demand, or stop.  Lock held. */
+static void pace_wait(struct cp_pool *p)
+{
+    struct timespec ts;
+    deadline_of(p->pace_next, &ts);
+    while (!atomic_load(&p->stop) && !in_demand(p) && now_ns() < p->pace_next)
+        if (pthread_cond_timedwait(&p->work, &p->lock, &ts) == ETIMEDOUT)
+            break;
+}
+
+/* Zero block i in steps; at the pace unless in demand.  Called without the
+ * lock; returns with it held. */
+static void thread_zero(struct cp_pool *p, size_t i)
+{
+    const size_t bs = p->cfg.block_size, step = p->cfg.step ? p->cfg.step : bs;
+    char *base = (char *)p->addr[i];
+    uint64_t busy = 0, paced_bytes = 0, paced_ns = 0;
+    size_t off = 0;
+    pthread_mutex_unlock(&p->lock);
+    while (off < bs && !atomic_load(&p->stop)) {
+        size_t n = bs - off < step ? bs - off : step;
+        uint64_t rate = atomic_load_explicit(&p->max_rate, memory_order_relaxed);
+        int paced = rate && rate != UINT64_MAX && !in_demand(p);
+        uint64_t t0 = now_ns();
+        p->cfg.zero(base + off, n);
+        uint64_t t1 = now_ns();
+        busy += t1 - t0;
+        off += n;
+        if (!paced)
+            continue;
+        /* The pace: this step's bytes take n / rate seconds, counted from
+         * when the last paced step was due (no credit saved up while idle). */
+        if (p->pace_next < t0)
+            p->pace_next = t0;
+        p->pace_next += (uint64_t)((double)n * 1e9 / (double)rate);
+        pthread_mutex_lock(&p->lock);
+        pace_wait(p);
+        pthread_mutex_unlock(&p->lock);
+        paced_bytes += n;
+        paced_ns += now_ns() - t0;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->s.zeroed_bytes += off;
+    p->s.zero_ns += busy;
+    p->s.paced_bytes += paced_bytes;
+    p->s.paced_ns += paced_ns;
+    push(p, off == bs ? READY : DIRTY, i);
+}
+
+static void *pool_thread(void *arg)
+{
+    struct cp_pool *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!atomic_load(&p->stop)) {
+        int need = load_count(p, READY) < atomic_load(&p->low_water);
+        int demand = in_demand(p);
+        if (p->count[DIRTY] && (demand || atomic_load(&p->max_rate))) {
+            p->thread_busy = 1;
+            thread_zero(p, pop(p, DIRTY));
+            p->thread_busy = 0;
+            pthread_cond_broadcast(&p->changed);
+            settle_closed(p);
+        } else if (need && !p->thread_failed && p->count[FRESH]) {
+            size_t i = pop(p, FRESH);
+            p->thread_busy = 1;
+            pthread_mutex_unlock(&p->lock);
+            int err = cp_region_populate(p->addr[i], p->cfg.block_size, p->cfg.page_size,
+                                         p->cfg.kind);
+            pthread_mutex_lock(&p->lock);
+            p->thread_busy = 0;
+            if (err) {
+                p->thread_failed = 1;
+                p->s.error = err;
+                push(p, FRESH, i);
+            } else {
+                p->s.populated_bytes += p->cfg.block_size;
+                push(p, READY, i);
+            }
+            pthread_cond_broadcast(&p->changed);
+            settle_closed(p);
+        } else if (need && !p->thread_failed && may_grow(p) && !p->closed) {
+            int err = grow(p);
+            if (err) {
+                p->thread_failed = 1;
+                p->s.error = err;
+            }
+        } else {
+            pthread_cond_wait(&p->work, &p->lock);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static int start_thread(struct cp_pool *p)
+{
+    /* As a job's workers (jobs.c): asynchronous signals stay with the
+     * threads Python watches; faults reach the process's handlers. */
+    sigset_t mask, old;
+    sigfillset(&mask);
+    sigdelset(&mask, SIGSEGV);
+    sigdelset(&mask, SIGBUS);
+    sigdelset(&mask, SIGILL);
+    sigdelset(&mask, SIGFPE);
+    sigdelset(&mask, SIGTRAP);
+    sigdelset(&mask, SIGSYS);
+    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    int err = cp_inject_hit(CP_INJECT_POOL_THREAD);
+    if (!err)
+        err = pthread_create(&p->thread, NULL, pool_thread, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    p->thread_running = !err;
+    return err;
+}
+
+/* Stop and join the thread.  Lock held on entry and on return. */
+static void stop_thread(struct cp_pool *p)
+{
+    if (!p->thread_running)
+        return;
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->work);
+    p->thread_running = 0;
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_lock(&p->lock);
+}
+
+/* ---- the calls -------------------------------------------------------------- */
+
+int cp_pool_new(const struct cp_pool_config *config, struct cp_pool **out)
+{
+    const struct cp_pool_config *c = config;
+    if (!c->zero || !c->block_size || !c->page_size || c->block_size % c->page_size)
+        return EINVAL;
+    struct cp_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return ENOMEM;
+    p->cfg = *c;
+    atomic_init(&p->refs, 1);
+    atomic_init(&p->max_rate, c->max_rate);
+    atomic_init(&p->low_water, c->low_water);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->work, &attr);
+    pthread_cond_init(&p->changed, &attr);
+    pthread_condattr_destroy(&attr);
+
+    pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&pools_lock);
+    int err = start_thread(p);
+    if (!err) {
+        p->next = pools;
+        if (pools)
+            pools->prev = p;
+        pools = p;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    if (err) {
+        pthread_cond_destroy(&p->work);
+        pthread_cond_destroy(&p->changed);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return err;
+    }
+    *out = p;
+    return 0;
+}
+
+void cp_pool_retain(struct cp_pool *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+}
+
+void cp_pool_unref(struct cp_pool *p)
+{
+    if (atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    pthread_mutex_lock(&pools_lock);
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        pools = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    pthread_mutex_unlock(&pools_lock);
+
+    pthread_mutex_lock(&p->lock);
+    p->closed = 1;
+    stop_thread(p);
+    /* Nothing refers to the memory any more.  A forked child unmaps its
+     * copy only where it has one (not hugetlb, not fork="drop"), since
+     * elsewhere the addresses may be the child's own mappings by now. */
+    if (!p->forked || !(p->cfg.kind == CP_REGION_HUGETLB
+                        || (p->cfg.protect & CP_PROTECT_DONTFORK)))
+        unmap_all(p);
+    pthread_mutex_unlock(&p->lock);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->changed);
+    pthread_mutex_destroy(&p->lock);
+    free(p->addr);
+    free(p->state);
+    for (int k = 0; k < STACKS; k++)
+        free(p->stack[k]);
+    free(p->chunks);
+    free(p);
+}
+
+/* Block i (busy, the caller's) leaves: read back first with debug.  Lock
+ * held on entry and on return. */
+static int leave(struct cp_pool *p, size_t i, uint64_t t0, uintptr_t *addr)
+{
+    if (p->cfg.debug) {
+        p->callers_busy++;
+        pthread_mutex_unlock(&p->lock);
+        int zero = cp_scan_is_zero(p->cfg.scan_variant, (const void *)p->addr[i],
+                                   p->cfg.block_size, 1);
+        pthread_mutex_lock(&p->lock);
+        p->callers_busy--;
+        p->s.checked++;
+        if (!zero) {
+            push(p, DIRTY, i);
+            pthread_cond_signal(&p->work);
+            return EIO;
+        }
+    }
+    p->state[i] = OUT;
+    p->out++;
+    p->s.acquires++;
+    if (t0) {
+        uint64_t waited = now_ns() - t0;
+        p->s.acquires_waited++;
+        p->s.wait_ns += waited;
+        if (waited > p->s.wait_max_ns)
+            p->s.wait_max_ns = waited;
+    } else {
+        p->s.acquires_ready++;
+    }
+    *addr = p->addr[i];
+    return 0;
+}
+
+/* The caller prepares block i itself (zeroes it, or faults it in). */
+static int prepare(struct cp_pool *p, size_t i, int fresh)
+{
+    p->callers_busy++;
+    pthread_mutex_unlock(&p->lock);
+    int err = 0;
+    if (fresh)
+        err = cp_region_populate(p->addr[i], p->cfg.block_size, p->cfg.page_size,
+                                 p->cfg.kind);
+    else
+        p->cfg.zero((void *)p->addr[i], p->cfg.block_size);
+    pthread_mutex_lock(&p->lock);
+    p->callers_busy--;
+    if (err) {
+        push(p, FRESH, i);
+        return err;
+    }
+    if (fresh)
+        p->s.populated_bytes += p->cfg.block_size;
+    else
+        p->s.caller_zeroed_bytes += p->cfg.block_size;
+    return 0;
+}
+
+int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_ns,
+                 uintptr_t *addr)
+{
+    uint64_t t0 = asked_ns, deadline = 0, start = 0;
+    int err = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (p->forked) {
+            err = ECHILD;
+            break;
+        }
+        if (p->closed) {
+            err = ECANCELED;
+            break;
+        }
+        if (p->count[READY]) {
+            err = leave(p, pop(p, READY), t0, addr);
+            if (!err && p->count[READY] < atomic_load(&p->low_water))
+                pthread_cond_signal(&p->work);
+            break;
+        }
+        if (!t0)
+            t0 = now_ns();
+        if (flags & CP_POOL_PREPARE) {
+            /* Dirty: zeroing it here is the quickest way to a block.  A
+             * block the thread works on is ready sooner than a fresh one
+             * is faulted in, so a caller that may wait waits for it. */
+            int fresh = 0;
+            size_t i = 0;
+            if (p->count[DIRTY]) {
+                i = pop(p, DIRTY);
+            } else if (!(p->thread_busy && (flags & CP_POOL_WAIT)) && p->count[FRESH]) {
+                i = pop(p, FRESH);
+                fresh = 1;
+            } else if (!(p->thread_busy && (flags & CP_POOL_WAIT)) && may_grow(p)) {
+                p->callers_busy++;
+                err = grow(p);
+                p->callers_busy--;
+                if (err)
+                    break;
+                p->thread_failed = 0;
+                continue;
+            } else {
+                goto wait;
+            }
+            if ((err = prepare(p, i, fresh)) == 0)
+                err = leave(p, i, t0, addr);
+            break;
+        }
+wait:
+        if (!(flags & CP_POOL_WAIT)) {
+            err = EAGAIN;
+            break;
+        }
+        uint64_t t = now_ns();
+        if (!start) {
+            start = t;
+            deadline = t + wait_ns < t ? UINT64_MAX : t + wait_ns;
+        }
+        if (t >= deadline) {
+            err = EAGAIN;
+            break;
+        }
+        struct timespec ts;
+        deadline_of(deadline, &ts);
+        atomic_fetch_add(&p->waiters, 1);
+        pthread_cond_signal(&p->work);
+        pthread_cond_timedwait(&p->changed, &p->lock, &ts);
+        atomic_fetch_sub(&p->waiters, 1);
+    }
+    if (err == EAGAIN && !(flags & CP_POOL_WILL_RETRY))
+        p->s.refused++;
+    settle_closed(p);
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+int cp_pool_give(struct cp_pool *p, uintptr_t addr)
+{
+    pthread_mutex_lock(&p->lock);
+    const struct chunk *c = p->unmapped ? NULL : chunk_of(p, addr);
+    size_t i = 0;
+    int err = 0;
+    if (!c || (addr - c->base) % p->cfg.block_size) {
+        err = EINVAL;
+    } else {
+        i = c->first + (addr - c->base) / p->cfg.block_size;
+        if (p->state[i] != OUT)
+            err = EINVAL;
+    }
+    if (!err) {
+        p->out--;
+        p->s.releases++;
+        if (p->forked) {
+            /* The child's copy: nothing zeroes it here. */
+            p->state[i] = BUSY;
+        } else {
+            push(p, DIRTY, i);
+            p->thread_failed = 0;
+            pthread_cond_signal(&p->work);
+            pthread_cond_broadcast(&p->changed);
+            settle_closed(p);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+int cp_pool_owns(struct cp_pool *p, uintptr_t addr)
+{
+    pthread_mutex_lock(&p->lock);
+    int owns = !p->unmapped && chunk_of(p, addr) != NULL;
+    pthread_mutex_unlock(&p->lock);
+    return owns;
+}
+
+int cp_pool_close(struct cp_pool *p, int when_released)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->closed) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    if (!when_released && !p->forked && (p->out || p->callers_busy)) {
+        pthread_mutex_unlock(&p->lock);
+        return EBUSY;
+    }
+    p->closed = p->out || p->callers_busy ? 2 : 1;
+    pthread_cond_broadcast(&p->changed);
+    stop_thread(p);
+    settle_closed(p);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+int cp_pool_trim(struct cp_pool *p, uint64_t *bytes)
+{
+    *bytes = 0;
+    pthread_mutex_lock(&p->lock);
+    if (p->closed || p->forked) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    size_t n = p->count[READY] + p->count[DIRTY];
+    size_t *idle = n ? malloc(n * sizeof *idle) : NULL;
+    unsigned char *was = n ? malloc(n) : NULL;
+    if (n && (!idle || !was)) {
+        free(idle);
+        free(was);
+        pthread_mutex_unlock(&p->lock);
+        return ENOMEM;
+    }
+    size_t k = 0;
+    for (int which = READY; which <= DIRTY; which++)
+        while (p->count[which]) {
+            was[k] = (unsigned char)which;
+            idle[k++] = pop(p, which);
+        }
+    p->callers_busy++;
+    pthread_mutex_unlock(&p->lock);
+    int err = 0;
+    size_t done = 0;
+    for (; done < n && !err; done++)
+        err = cp_region_discard(p->addr[idle[done]], p->cfg.block_size);
+    if (err)
+        done--;
+    pthread_mutex_lock(&p->lock);
+    p->callers_busy--;
+    for (size_t j = 0; j < n; j++)
+        push(p, j < done ? FRESH : was[j], idle[j]);
+    p->s.trimmed_bytes += (uint64_t)done * p->cfg.block_size;
+    p->thread_failed = 0;
+    pthread_cond_signal(&p->work);
+    pthread_cond_broadcast(&p->changed);
+    settle_closed(p);
+    pthread_mutex_unlock(&p->lock);
+    free(idle);
+    free(was);
+    *bytes = (uint64_t)done * p->cfg.block_size;
+    return err;
+}
+
+void cp_pool_set_pace(struct cp_pool *p, uint64_t max_rate, size_t low_water)
+{
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->max_rate, max_rate);
+    atomic_store(&p->low_water, low_water);
+    p->thread_failed = 0;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cp_pool_stats(struct cp_pool *p, struct cp_pool_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    *out = p->s;
+    out->blocks = p->nblocks;
+    out->fresh = p->count[FRESH];
+    out->ready = p->count[READY];
+    out->dirty = p->count[DIRTY];
+    out->out = p->out;
+    out->busy = p->nblocks - p->out - p->count[FRESH] - p->count[READY] - p->count[DIRTY];
+    out->max_blocks = p->cfg.max_blocks;
+    out->closed = p->closed;
+    out->forked = p->forked;
+    pthread_mutex_unlock(&p->lock);
+}
