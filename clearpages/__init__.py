@@ -37,6 +37,7 @@ from ._core import (
 from ._cpu import CPU
 from ._errors import HugePagesUnavailable, PageIndexError, UnsupportedMethod
 from ._policy import Plan, Thresholds
+from ._pool import Block, Pool, PoolStats
 from ._region import Region
 from ._routines import ALL_METHODS, ROUTINES
 from ._scan import is_zero, nonzero_pages
@@ -47,11 +48,14 @@ __all__ = [
     "ALL_METHODS",
     "CPU",
     "ROUTINES",
+    "Block",
     "ConfigError",
     "HugePagesUnavailable",
     "Method",
     "PageIndexError",
     "Plan",
+    "Pool",
+    "PoolStats",
     "Region",
     "Threads",
     "Thresholds",

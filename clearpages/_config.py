@@ -15,7 +15,8 @@ from ._routines import ALL_METHODS
 from ._units import MAX_SIZE, parse_size
 
 VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
-             "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE", "CLEARPAGES_ADAPT")
+             "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE", "CLEARPAGES_ADAPT",
+             "CLEARPAGES_POOL_DEBUG")
 
 _ON = frozenset({"1", "on", "yes", "true"})
 _OFF = frozenset({"0", "off", "no", "false"})
@@ -36,6 +37,9 @@ class Config:
     disable: frozenset[str] = frozenset()
     adapt: bool = True
     """False: CLEARPAGES_ADAPT=0, auto never adapts to the program's clears."""
+    pool_debug: bool = False
+    """True: CLEARPAGES_POOL_DEBUG=1, every Pool reads each block back (the
+    zero scan) before it leaves, unless made with debug=False."""
     raw: tuple[tuple[str, str], ...] = ()
     """The variables that were set, as (name, value), for ``info``."""
 
@@ -71,7 +75,13 @@ def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
     if adapt_text and adapt_text not in _ON | _OFF:
         raise ConfigError("CLEARPAGES_ADAPT=%r: use 0 (off: the static choice, "
                           "deterministic) or 1 (on, the default)" % env["CLEARPAGES_ADAPT"])
-    return Config(method, nt_threshold, calibration, names, adapt_text not in _OFF, raw)
+    debug_text = env.get("CLEARPAGES_POOL_DEBUG", "").strip().lower()
+    if debug_text and debug_text not in _ON | _OFF:
+        raise ConfigError("CLEARPAGES_POOL_DEBUG=%r: use 1 (every Pool reads each block "
+                          "back before it leaves) or 0 (off, the default)"
+                          % env["CLEARPAGES_POOL_DEBUG"])
+    return Config(method, nt_threshold, calibration, names, adapt_text not in _OFF,
+                  debug_text in _ON, raw)
 
 
 def read_environ(feature_names: tuple[str, ...]) -> Config:

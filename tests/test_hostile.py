@@ -482,3 +482,135 @@ def test_pages_list_emptied_by_index():
 def test_buffer_list_emptied_by_buffer():
     r = run_python(_EVIL_BUFFER, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
+# ---- pools: signals during a blocking acquire, fork, exit with the thread busy -----
+
+
+def test_signals_during_blocking_acquire(alarms):
+    """A pool whose only block is out: acquire() waits, until another thread
+    gives the block back or a signal handler raises, whichever comes first.
+    Either way no block is lost or handed out twice."""
+    rng = random.Random(SEED + 7)
+    with cp.Pool("64K", page_size="4k", capacity="64K") as pool:
+        for _ in range(ITERATIONS):
+            held = pool.acquire()
+            with memoryview(held) as m:
+                m[0:4] = b"\x01\x02\x03\x04"
+            timer = threading.Timer(rng.choice((0.0005, 0.002, 0.01)), held.release)
+            timer.start()
+            got = []
+            if not alarms(_delay(rng) * 5, lambda got=got: got.append(pool.acquire())):
+                assert cp.is_zero(got[0])
+                got[0].release()
+            timer.join()
+            assert held.released
+            st = pool.stats()
+            assert st.out == 0 and st.acquires == st.releases
+            _count("test_signals_during_blocking_acquire")
+
+
+_POOL_CTRL_C = r"""
+import os, signal, threading, time
+import clearpages as cp
+pool = cp.Pool("64K", page_size="4k", capacity="64K")
+held = pool.acquire()
+threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+t = time.monotonic()
+try:
+    pool.acquire()
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", pool.stats().out)
+held.release()
+blk = pool.acquire(timeout=5)
+print("after", cp.is_zero(blk))
+"""
+
+
+def test_ctrl_c_interrupts_a_blocking_acquire():
+    r = run_python(_POOL_CTRL_C, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["interrupted", "1", "after", "True"], r.stdout
+
+
+_POOL_FORK = r"""
+import os, sys, time
+import clearpages as cp
+fork = sys.argv[1]
+pool = cp.Pool("1M", page_size="4k", capacity="64M", fork=fork, max_rate="64M", low_water=0)
+kept = pool.acquire()
+memoryview(kept)[:5] = b"hello"
+busy = [pool.acquire() for _ in range(8)]
+for b in busy:                      # the thread is zeroing these, slowly, as we fork
+    memoryview(b)[:] = b"\x07" * len(b)
+    b.release()
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        ok = True
+        for take in (pool.acquire, pool.acquire_nowait):
+            try:
+                take()
+                ok = False
+            except ValueError as e:
+                ok = ok and "parent" in str(e)
+        ok = ok and pool.stats().forked
+        try:
+            data = bytes(memoryview(kept)[:5])
+            ok = ok and data == (b"hello" if fork == "keep" else b"\0" * 5)
+        except ValueError as e:
+            ok = ok and fork == "drop" and "forked child" in str(e)
+        kept.release()
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+assert bytes(memoryview(kept)[:5]) == b"hello"
+kept.release()
+pool.set_pace(max_rate="max")
+blocks = [pool.acquire(timeout=30) for _ in range(9)]
+assert all(cp.is_zero(b) for b in blocks)
+for b in blocks:
+    b.release()
+print("ok", pool.stats().forked)
+"""
+
+
+@pytest.mark.parametrize("fork", ["keep", "wipe", "drop"])
+def test_fork_with_a_pool(fork):
+    """The child has no pool thread and its copy of the Pool hands out
+    nothing; blocks it holds are copies (keep), zeros (wipe) or not mapped
+    (refused, drop).  The parent's pool goes on, forked while its thread
+    was zeroing."""
+    r = run_python("import sys; sys.argv = ['x', %r]\n" % fork + _POOL_FORK, timeout=120,
+                   env={"PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    assert r.returncode == 0 and r.stdout.split() == ["ok", "False"], (
+        r.returncode, r.stdout, r.stderr[-2000:])
+
+
+_POOL_EXIT = r"""
+import os, sys
+import clearpages as cp
+how = sys.argv[1]
+pool = cp.Pool("8M", page_size="4k", max_rate="16M", low_water=0)
+blocks = [pool.acquire() for _ in range(16)]
+for b in blocks:
+    memoryview(b)[:] = b"\x05" * len(b)
+    b.release()
+kept = pool.acquire()               # a block out as the interpreter goes
+cycle = [pool, kept]
+cycle.append(cycle)
+assert pool.stats().dirty > 0       # 120 MiB at 16 MB/s: seconds of work left
+print("exiting", flush=True)
+if how == "os._exit":
+    os._exit(0)
+if how == "exception":
+    raise SystemExit(0)
+"""
+
+
+@pytest.mark.parametrize("how", ["end", "exception", "os._exit"])
+def test_exit_with_the_pool_thread_busy(how):
+    r = run_python("import sys; sys.argv = ['x', %r]\n" % how + _POOL_EXIT, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "exiting", (r.returncode, r.stderr[-2000:])
+    assert not r.stderr.strip(), r.stderr[-2000:]

@@ -6,7 +6,8 @@
  * clearpages._native, configure, and decide: the policy's answer for a
  * size), dlpack.c (tensors through DLPack), region_type.c (RegionMemory),
  * scan.c (is_zero, nonzero_pages), strided.c (the bytes a strided layout
- * covers).
+ * covers), pool_type.c (PoolCore, BlockMemory), pool_numpy.c (numpy's
+ * allocator handler over a pool).
  * What runs is decided by the core's policy (core/policy.h) and nowhere
  * here.
  *
@@ -158,6 +159,7 @@ PyObject *fast_set_untouched(PyObject *, PyObject *);
 PyObject *fast_is_zero(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_nonzero_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_set_scan(PyObject *, PyObject *);
+int scan_variant(void);
 
 /* ---- strided.c: the bytes a strided layout covers ------------------------------- */
 
@@ -226,6 +228,20 @@ extern PyTypeObject RegionMemoryType;
 
 /* A mapped Region's page size in bytes; 0 for anything else. */
 size_t region_page_size(PyObject *buf);
+
+/* ---- pool_type.c: PoolCore and BlockMemory, under clearpages.Pool ------------------ */
+
+extern PyTypeObject PoolCoreType;
+extern PyTypeObject BlockMemoryType;
+
+/* The pool core of a PoolCore (a new reference: cp_pool_unref it), NULL
+ * with ValueError when it is closed or not open. */
+struct cp_pool *pool_core_ref(PyObject *pool);
+
+/* ---- pool_numpy.c: numpy's arrays from a pool (an allocator handler) ------------- */
+
+PyObject *fast_pool_handler(PyObject *, PyObject *);
+PyObject *fast_numpy_set_handler(PyObject *, PyObject *);
 
 #pragma GCC visibility pop
 

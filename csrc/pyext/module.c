@@ -22,7 +22,9 @@
  *
  * Also here: RegionMemory, the base type of clearpages.Region, which owns
  * one mapping, exports it as a buffer itself and counts the exports, so
- * resize/move/close can refuse while any is live.
+ * resize/move/close can refuse while any is live; PoolCore and
+ * BlockMemory, under clearpages.Pool and its blocks (pool_type.c), and
+ * numpy's allocator handler over a pool (pool_numpy.c).
  *
  * This file is the module and its method table; fast.h says which file
  * does which job.
@@ -100,6 +102,13 @@ static PyMethodDef module_methods[] = {
      "partial), ascending; clear_pages and numpy take them as they are.\n"
      "page_size counts pages as clear_pages does: 4096, or a Region's own."},
     {"set_scan", fast_set_scan, METH_O, "set_scan(variant): the zero scan the entries use."},
+    {"pool_handler", fast_pool_handler, METH_VARARGS,
+     "pool_handler(pool, min_size) -> capsule: a numpy allocator handler whose calloc\n"
+     "and malloc of min_size bytes up to a block take the pool's blocks, over numpy's\n"
+     "handler in place now, which gets every other request."},
+    {"numpy_set_handler", fast_numpy_set_handler, METH_O,
+     "numpy_set_handler(capsule or None) -> the handler in place before (numpy's\n"
+     "PyDataMem_SetHandler: a context variable; None: numpy's default)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -153,7 +162,8 @@ static int module_exec(PyObject *m)
             if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
                 return -1;
         one = PyLong_FromLong(1);
-        if (!one || PyType_Ready(&RegionMemoryType) < 0)
+        if (!one || PyType_Ready(&RegionMemoryType) < 0 || PyType_Ready(&PoolCoreType) < 0
+                || PyType_Ready(&BlockMemoryType) < 0)
             return -1;
         if (!(s_auto = PyUnicode_InternFromString("auto")))
             return -1;
@@ -162,6 +172,15 @@ static int module_exec(PyObject *m)
     if (PyModule_AddObject(m, "RegionMemory", (PyObject *)&RegionMemoryType) < 0) {
         Py_DECREF(&RegionMemoryType);
         return -1;
+    }
+    PyTypeObject *types[] = {&PoolCoreType, &BlockMemoryType};
+    const char *names[] = {"PoolCore", "BlockMemory"};
+    for (int i = 0; i < 2; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            return -1;
+        }
     }
     return PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS);
 }

@@ -450,3 +450,10 @@ PyObject *fast_set_scan(PyObject *self, PyObject *arg)
     scan.variant = v;
     Py_RETURN_NONE;
 }
+
+/* The configured zero scan's variant (a pool's debug check reads blocks
+ * back with it); -1 with an exception set before configuration. */
+int scan_variant(void)
+{
+    return scan_ready() < 0 ? -1 : scan.variant;
+}

@@ -1,0 +1,523 @@
+"""cp.Pool: blocks zeroed off the critical path.
+
+What is promised: every block handed out reads zero, whatever the program
+did to it before it came back; a block is given back once, never while a
+view of it lives; the memory is never unmapped under a block; bad
+arguments are TypeError or ValueError naming what is taken.  No timing:
+the pool's speed is measured in bench/bench_pool.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import pickle
+import random
+import threading
+import time
+
+import pytest
+from conftest import run_python
+
+import clearpages as cp
+from clearpages import _native
+from clearpages._native import lib
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def _fill(blk, value=0xA5):
+    ctypes.memset(blk.address, value, blk.size)
+
+
+def _eventually(cond, seconds=20.0):
+    """Wait for the pool's thread (no timing is asserted: only that it
+    happens at all within a generous bound)."""
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+@pytest.fixture
+def pool():
+    p = cp.Pool("64K", page_size="4k")
+    yield p
+    p.__exit__(None, None, None)
+
+
+# ---- blocks -----------------------------------------------------------------
+
+
+def test_acquire_gives_a_zeroed_writable_block(pool):
+    blk = pool.acquire()
+    assert isinstance(blk, cp.Block)
+    assert len(blk) == blk.size == pool.block_size == 64 * KiB
+    assert cp.is_zero(blk)
+    m = memoryview(blk)
+    assert not m.readonly and m.nbytes == 64 * KiB and m.format == "B"
+    m[0] = 1
+    m[-1] = 2
+    assert not cp.is_zero(blk)
+    m.release()
+    cp.clear(blk)
+    assert cp.is_zero(blk)
+    assert blk.pool is pool
+    blk.release()
+    assert blk.released
+
+
+def test_block_with_numpy():
+    np = pytest.importorskip("numpy")
+    with cp.Pool("1M", page_size="4k") as pool:
+        with pool.acquire() as blk:
+            a = np.frombuffer(blk, dtype=np.float64)
+            assert a.size == MiB // 8 and not a.any()
+            a[:] = 1.5
+            assert not blk.released
+        assert blk.released              # the end of the with: given back ...
+        assert pool.stats().out == 1     # ... when its last view goes
+        assert a.sum() == 1.5 * a.size
+        del a
+        gc.collect()
+        assert pool.stats().out == 0
+
+
+def test_block_dlpack():
+    np = pytest.importorskip("numpy")
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        assert blk.__dlpack_device__() == (1, 0)
+        t = np.from_dlpack(blk)
+        assert t.dtype == np.uint8 and t.size == blk.size and not t.any()
+        t[:] = 3
+        assert blk.address == t.__array_interface__["data"][0]
+        with pytest.raises(BufferError):
+            blk.release()
+        del t
+        gc.collect()
+        blk.release()
+
+
+def test_block_size_rounds_to_whole_pages():
+    with cp.Pool(5000, page_size="4k") as pool:
+        assert pool.block_size == 8192 and pool.page_size == 4096
+        assert pool.page_size_name == "4k"
+    with cp.Pool("3M", page_size="2m") as pool:
+        assert pool.block_size == 4 * MiB and pool.page_size_name == "2m"
+
+
+def test_release_forms(pool):
+    blk = pool.acquire()
+    pool.release(blk)
+    assert blk.released
+    blk.release()                       # again: nothing
+    pool.release(blk)
+    assert pool.stats().releases == 1
+    with pytest.raises(ValueError, match="released"):
+        memoryview(blk)
+    with pytest.raises(ValueError, match="released"):
+        with blk:
+            pass
+    with pytest.raises(TypeError, match="Block"):
+        pool.release(bytearray(10))
+    with cp.Pool("64K", page_size="4k") as other:
+        b2 = other.acquire()
+        with pytest.raises(ValueError, match="another Pool"):
+            pool.release(b2)
+        b2.release()
+
+
+def test_release_refused_while_viewed(pool):
+    blk = pool.acquire()
+    m = memoryview(blk)
+    with pytest.raises(BufferError, match="1 view"):
+        blk.release()
+    with pytest.raises(BufferError):
+        pool.release(blk)
+    assert not blk.released
+    m.release()
+    blk.release()
+    assert pool.stats().out == 0
+
+
+def test_a_dropped_block_goes_back(pool):
+    pool.acquire()
+    gc.collect()
+    st = pool.stats()
+    assert st.out == 0 and st.releases == 1
+
+
+def test_block_cannot_be_made_or_pickled(pool):
+    with pytest.raises(TypeError, match="acquire"):
+        cp.Block()
+    blk = pool.acquire()
+    with pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(blk)
+    with pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(pool)
+    assert "64 KiB" in repr(blk)
+    blk.release()
+    assert "released" in repr(blk)
+
+
+# ---- never a block that is not zero -------------------------------------------
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_every_block_reads_zero_while_releases_race(debug):
+    """10,000 blocks handed out, each checked, while three threads acquire,
+    scribble over and release blocks of the same small pool, so that blocks
+    go round between the program, the thread and callers zeroing them."""
+    np = pytest.importorskip("numpy")
+    total, workers = 10_000, 3
+    with cp.Pool("16K", page_size="4k", capacity="256K", debug=debug) as pool:
+        done = threading.Event()
+        errors = []
+
+        def churn(seed):
+            rng = random.Random(seed)
+            try:
+                while not done.is_set():
+                    held = [pool.acquire() for _ in range(rng.randrange(1, 4))]
+                    for b in held:
+                        ctypes.memset(b.address, rng.randrange(1, 256), b.size)
+                    for b in held:
+                        b.release()
+            except BaseException as e:          # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=churn, args=(i,)) for i in range(workers)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(total):
+                blk = pool.acquire()
+                a = np.frombuffer(blk, dtype=np.uint64)
+                assert not a.any(), "block %d: byte %d is not zero" % (
+                    i, int(np.flatnonzero(a)[0]) * 8)
+                a[i % a.size] = i + 1
+                del a
+                blk.release()
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+        assert not errors, errors
+        st = pool.stats()
+        assert st.blocks <= 16 and st.out == 0
+        assert st.acquires == st.releases >= total
+        assert st.blocks == st.fresh + st.ready + st.dirty + st.busy + st.out
+        if debug:
+            assert st.checked == st.acquires
+
+
+def test_debug_finds_a_block_written_after_release():
+    """A pointer kept past release() writes into a ready block: debug reads
+    it back before it leaves and refuses it; the block is zeroed again."""
+    with cp.Pool("64K", page_size="4k", capacity="64K", debug=True) as pool:
+        blk = pool.acquire()
+        addr = blk.address
+        blk.release()
+        assert _eventually(lambda: pool.stats().ready == 1)
+        ctypes.memset(addr + 100, 7, 1)
+        with pytest.raises(RuntimeError, match="not zero"):
+            pool.acquire()
+        blk = pool.acquire()            # zeroed again since
+        assert cp.is_zero(blk)
+        blk.release()
+
+
+def test_callers_zero_when_the_thread_may_not():
+    """max_rate=0 and low_water=0: the thread zeroes nothing, so a block
+    given back stays dirty and the next acquire zeroes it itself."""
+    with cp.Pool("64K", page_size="4k", capacity="64K", max_rate=0, low_water=0) as pool:
+        assert pool.acquire_nowait() is None    # nothing made ready
+        blk = pool.acquire()                    # faulted in by the caller
+        _fill(blk)
+        blk.release()
+        time.sleep(0.01)
+        st = pool.stats()
+        assert st.dirty == 1 and st.zeroed_bytes == 0 and st.populated_bytes == 64 * KiB
+        assert pool.acquire_nowait() is None
+        blk = pool.acquire()
+        assert cp.is_zero(blk)
+        st = pool.stats()
+        assert st.caller_zeroed_bytes == 64 * KiB and st.acquires_waited == 2
+        blk.release()
+
+
+def test_the_thread_zeroes_what_comes_back():
+    with cp.Pool("64K", page_size="4k", capacity="128K", max_rate="max") as pool:
+        assert _eventually(lambda: pool.stats().ready >= 1)
+        a, b = pool.acquire(), pool.acquire()
+        _fill(a)
+        _fill(b)
+        a.release()
+        b.release()
+        assert _eventually(lambda: pool.stats().ready == 2)
+        st = pool.stats()
+        assert st.zeroed_bytes >= 128 * KiB and st.dirty == 0
+        for _ in range(2):
+            blk = pool.acquire_nowait()
+            assert blk is not None and cp.is_zero(blk)
+            blk.release()
+
+
+def test_paced_zeroing_is_reported():
+    with cp.Pool("1M", page_size="4k", capacity="2M", max_rate="256M",
+                 low_water=0) as pool:
+        blocks = [pool.acquire() for _ in range(2)]
+        for b in blocks:
+            _fill(b)
+            b.release()
+        assert _eventually(lambda: pool.stats().ready == 2)
+        st = pool.stats()
+        assert st.paced_bytes == 2 * MiB and st.paced_seconds > 0
+        assert st.pace is not None and st.zero_rate is not None
+
+
+def test_low_water_blocks_are_kept_ready():
+    with cp.Pool("64K", page_size="4k", low_water=3) as pool:
+        assert _eventually(lambda: pool.stats().ready == 3)
+        held = [pool.acquire() for _ in range(3)]
+        assert _eventually(lambda: pool.stats().ready == 3)
+        st = pool.stats()
+        assert st.out == 3 and st.populated_bytes >= 6 * 64 * KiB
+        for b in held:
+            b.release()
+        pool.set_pace(low_water=0)
+        assert pool.low_water == 0
+
+
+# ---- capacity, growth, waiting ------------------------------------------------
+
+
+def test_capacity_bounds_the_blocks():
+    with cp.Pool("64K", page_size="4k", capacity="200K") as pool:
+        held = [pool.acquire() for _ in range(3)]
+        assert pool.acquire_nowait() is None
+        with pytest.raises(TimeoutError, match="3 of 3 blocks are out"):
+            pool.acquire(timeout=0.01)
+        with pytest.raises(TimeoutError):
+            pool.acquire(timeout=0)
+        st = pool.stats()
+        assert st.blocks == 3 and st.refused == 3 and st.capacity == 200 * KiB
+        for b in held:
+            b.release()
+
+
+def test_pool_grows_on_demand():
+    with cp.Pool("32M", page_size="4k", low_water=0) as pool:
+        held = [pool.acquire() for _ in range(4)]   # 64 MiB a chunk: two chunks
+        st = pool.stats()
+        assert st.blocks == 4 and st.grows == 2 and st.out == 4
+        addrs = {b.address for b in held}
+        assert len(addrs) == 4
+        for b in held:
+            assert pool._owns(b.address) and pool._owns(b.address + b.size - 1)
+            b.release()
+        assert not pool._owns(id(pool))
+
+
+def test_a_waiting_acquire_gets_the_block_released_meanwhile():
+    with cp.Pool("64K", page_size="4k", capacity="64K") as pool:
+        blk = pool.acquire()
+        _fill(blk)
+        got = []
+        t = threading.Thread(target=lambda: got.append(pool.acquire(timeout=30)))
+        t.start()
+        time.sleep(0.02)
+        assert not got
+        blk.release()
+        t.join()
+        assert got and cp.is_zero(got[0])
+        assert pool.stats().acquires_waited >= 1
+        got[0].release()
+
+
+def test_trim_hands_idle_blocks_back():
+    with cp.Pool("1M", page_size="4k", capacity="4M", low_water=0, max_rate="max") as pool:
+        held = [pool.acquire() for _ in range(4)]
+        for b in held:
+            _fill(b)
+        held[0].release()
+        held[1].release()
+        assert _eventually(lambda: pool.stats().dirty == 0)
+        assert pool.trim() == 2 * MiB
+        st = pool.stats()
+        assert st.fresh == 2 and st.ready == 0 and st.trimmed_bytes == 2 * MiB
+        blk = pool.acquire()
+        assert cp.is_zero(blk)
+        for b in held[2:] + [blk]:
+            b.release()
+
+
+# ---- closing ----------------------------------------------------------------------
+
+
+def test_close_refuses_while_blocks_are_out():
+    pool = cp.Pool("64K", page_size="4k")
+    blk = pool.acquire()
+    with pytest.raises(BufferError, match="1 block of it is out"):
+        pool.close()
+    assert not pool.closed
+    blk.release()
+    pool.close()
+    pool.close()                        # twice is allowed
+    assert pool.closed
+    with pytest.raises(ValueError, match="closed"):
+        pool.acquire()
+    with pytest.raises(ValueError, match="closed"):
+        pool.acquire_nowait()
+    assert "closed" in repr(pool)
+
+
+def test_the_end_of_a_with_keeps_memory_until_the_last_block():
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        m = memoryview(blk)
+    assert pool.closed
+    m[:] = b"\x01" * len(m)             # still the block's memory
+    assert pool._owns(blk.address)
+    m.release()
+    blk.release()
+    assert not pool._owns(blk.address)  # unmapped with the last block
+
+
+def test_blocks_outlive_the_pool_object():
+    pool = cp.Pool("64K", page_size="4k")
+    blk = pool.acquire()
+    del pool
+    gc.collect()
+    m = memoryview(blk)
+    m[:4] = b"abcd"
+    assert bytes(m[:4]) == b"abcd"
+    m.release()
+    blk.release()
+
+
+# ---- arguments ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, kw, kind, words", [
+    ((1.5,), {}, TypeError, "byte count"),
+    ((None,), {}, TypeError, "byte count"),
+    ((0,), {}, ValueError, "at least 1 byte"),
+    (("lots",), {}, ValueError, "64M"),
+    ((-4096,), {}, ValueError, "at least"),
+    (("64K",), {"capacity": 1.0}, TypeError, "capacity takes a byte count"),
+    (("64K",), {"capacity": "32K"}, ValueError, "less than one block"),
+    (("64K",), {"page_size": "3k"}, ValueError, "'4k', '2m', '1g' or 'auto'"),
+    (("64K",), {"page_size": 4.0}, TypeError, "page_size takes"),
+    (("64K",), {"max_rate": -1}, ValueError, "at least"),
+    (("64K",), {"max_rate": "fast"}, ValueError, "64M"),
+    (("64K",), {"max_rate": [1]}, TypeError, "bytes a second"),
+    (("64K",), {"max_rate": True}, TypeError, "bytes a second"),
+    (("64K",), {"max_rate": float("nan")}, ValueError, "bytes a second"),
+    (("64K",), {"low_water": -1}, ValueError, ">= 0"),
+    (("64K",), {"low_water": 1.5}, TypeError, "number of blocks"),
+    (("64K",), {"fork": "share"}, ValueError, "'keep'"),
+    (("64K",), {"fork": 1}, TypeError, "'keep', 'wipe' or 'drop'"),
+    (("64K",), {"debug": 1}, TypeError, "True, False or None"),
+])
+def test_bad_arguments(args, kw, kind, words):
+    with pytest.raises(kind, match=words):
+        cp.Pool(*args, page_size=kw.pop("page_size", "4k"), **kw)
+
+
+def test_bad_acquire_arguments(pool):
+    with pytest.raises(TypeError, match="seconds"):
+        pool.acquire(timeout="1")
+    with pytest.raises(TypeError, match="seconds"):
+        pool.acquire(timeout=True)
+    with pytest.raises(ValueError, match=">= 0"):
+        pool.acquire(timeout=-1)
+    with pytest.raises(ValueError, match=">= 0"):
+        pool.acquire(timeout=float("nan"))
+    with pytest.raises(TypeError, match="positional"):
+        pool.acquire(1)
+    with pytest.raises(TypeError, match="timeout="):
+        pool.acquire(wait=1)
+    blk = pool.acquire(timeout=5)
+    blk2 = pool.acquire(timeout=None)
+    blk.release()
+    blk2.release()
+
+
+def test_max_rate_forms():
+    for value, rate in ((None, cp._pool.DEFAULT_MAX_RATE), ("max", (1 << 64) - 1),
+                        (float("inf"), (1 << 64) - 1), (0, 0), ("1G", 1 << 30),
+                        (5e8, 500_000_000)):
+        with cp.Pool("64K", page_size="4k", max_rate=value) as pool:
+            assert pool.max_rate == rate
+            assert "zeroed by the pool's thread with %s" % pool.routine in pool.describe()
+
+
+def test_the_routine_is_the_policys_for_memory_not_used_soon(pool):
+    assert pool.routine == cp._fast.decide(pool.block_size, 1, 1, "auto", False)[0]
+
+
+def test_pool_debug_variable():
+    code = ("import clearpages as cp; p = cp.Pool('64K', page_size='4k'); b = p.acquire(); "
+            "print(p.debug, p.stats().checked); b.release(); p.close()")
+    r = run_python(code, env={"CLEARPAGES_POOL_DEBUG": "1"})
+    assert r.returncode == 0 and r.stdout.split() == ["True", "1"], r.stderr
+    r = run_python("import clearpages", env={"CLEARPAGES_POOL_DEBUG": "maybe"})
+    assert r.returncode != 0 and "CLEARPAGES_POOL_DEBUG" in r.stderr
+
+
+# ---- failures ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def inject():
+    yield lambda site, nth, err: lib.cp_inject_arm(site, nth, err)
+    lib.cp_inject_arm(lib.CP_INJECT_NONE, 0, 0)
+
+
+def test_thread_that_cannot_start(inject):
+    inject(lib.CP_INJECT_POOL_THREAD, 1, 11)       # EAGAIN
+    with pytest.raises(OSError, match="thread"):
+        cp.Pool("64K", page_size="4k")
+
+
+def test_memory_that_cannot_be_mapped(inject):
+    with cp.Pool("64K", page_size="4k", low_water=0) as pool:
+        inject(lib.CP_INJECT_POOL_GROW, 1, 12)     # ENOMEM
+        with pytest.raises(MemoryError, match="64 KiB"):
+            pool.acquire()
+        blk = pool.acquire()                        # the next grow works
+        assert cp.is_zero(blk)
+        blk.release()
+
+
+def test_the_thread_reports_its_failure(inject):
+    inject(lib.CP_INJECT_POOL_GROW, 1, 12)
+    with cp.Pool("64K", page_size="4k") as pool:
+        assert _eventually(lambda: pool.stats().error is not None)
+        assert "memory" in pool.stats().error.lower()
+        blk = pool.acquire()
+        blk.release()
+
+
+def test_hugetlb_pool_or_a_clear_error():
+    from clearpages._system import hugetlb_pages
+
+    pages = hugetlb_pages(1 << 30)
+    if (pages["free"] or 0) - (pages["reserved"] or 0) < 1:
+        with pytest.raises(cp.HugePagesUnavailable, match="hugetlb"):
+            with cp.Pool("1G", page_size="1g", low_water=0) as pool:
+                pool.acquire()
+        return
+    with cp.Pool("1G", page_size="1g", low_water=0) as pool:   # pragma: no cover
+        blk = pool.acquire()
+        assert blk.size == 1 << 30 and pool.fork == "drop"
+        blk.release()
+
+
+def test_native_api_has_the_pool():
+    assert _native.lib.CP_POOL_PREPARE and _native.lib.CP_POOL_WAIT
