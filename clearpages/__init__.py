@@ -41,6 +41,7 @@ from ._pool import Block, Pool, PoolStats
 from ._region import Region
 from ._routines import ALL_METHODS, ROUTINES
 from ._scan import is_zero, nonzero_pages
+from ._zeroed_arrays import zeroed_arrays
 
 __version__ = "0.1.0"
 
@@ -72,4 +73,5 @@ __all__ = [
     "reload_config",
     "set_adaptive",
     "thresholds",
+    "zeroed_arrays",
 ]
