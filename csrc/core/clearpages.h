@@ -135,6 +135,12 @@ uint64_t cp_fork_generation(void);
 
 /* END CDEF */
 
+/* Block the asynchronous signals in the calling thread (*old: the mask to
+ * put back), before it starts a thread of the core (jobs.c): those stay
+ * with the threads Python watches, faults reach the process's handlers. */
+#include <signal.h>
+void cp_block_async_signals(sigset_t *old);
+
 /* Register fork handlers (pthread_atfork, which this module, linked without
  * start files, cannot call as such: fork.c says why). */
 int cp_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));

@@ -525,6 +525,24 @@ static void *worker(void *arg)
  * keeps many threads cheap under RLIMIT_AS. */
 #define WORKER_STACK (64u << 10)
 
+/* Asynchronous signals (SIGINT, SIGALRM, ...) stay with the caller's
+ * thread, which Python watches.  A fault in a worker (SIGSEGV, SIGBUS: a
+ * file mapping truncated underneath) must reach the process's handlers as
+ * it would on the caller's thread (faulthandler reports it); a blocked
+ * synchronous fault kills the process without a word. */
+void cp_block_async_signals(sigset_t *old)
+{
+    sigset_t mask;
+    sigfillset(&mask);
+    sigdelset(&mask, SIGSEGV);
+    sigdelset(&mask, SIGBUS);
+    sigdelset(&mask, SIGILL);
+    sigdelset(&mask, SIGFPE);
+    sigdelset(&mask, SIGTRAP);
+    sigdelset(&mask, SIGSYS);
+    pthread_sigmask(SIG_BLOCK, &mask, old);
+}
+
 static int start_workers(struct cp_job *job, pthread_t *tids, int extra, int *started)
 {
     pthread_attr_t attr;
@@ -536,20 +554,8 @@ static int start_workers(struct cp_job *job, pthread_t *tids, int extra, int *st
             stack = (size_t)min;
         pthread_attr_setstacksize(&attr, stack);
     }
-    /* Asynchronous signals (SIGINT, SIGALRM, ...) stay with the caller's
-     * thread, which Python watches.  A fault in a worker (SIGSEGV, SIGBUS:
-     * a file mapping truncated underneath) must reach the process's
-     * handlers as it would on the caller's thread (faulthandler reports
-     * it); a blocked synchronous fault kills the process without a word. */
-    sigset_t mask, old;
-    sigfillset(&mask);
-    sigdelset(&mask, SIGSEGV);
-    sigdelset(&mask, SIGBUS);
-    sigdelset(&mask, SIGILL);
-    sigdelset(&mask, SIGFPE);
-    sigdelset(&mask, SIGTRAP);
-    sigdelset(&mask, SIGSYS);
-    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    sigset_t old;
+    cp_block_async_signals(&old);
     int err = 0;
     for (*started = 0; *started < extra; (*started)++) {
         err = cp_inject_hit(CP_INJECT_THREAD_START);

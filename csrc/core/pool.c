@@ -15,14 +15,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "adapt.h"
 #include "clearpages.h"
+#include "clock.h"
 #include "inject.h"
 #include "pool.h"
 #include "region.h"
@@ -55,6 +55,8 @@ struct cp_pool {
     size_t out;
     size_t callers_busy;        /* blocks callers work on, and a caller's growing */
     int thread_busy;            /* the thread works on a block */
+    int thread_asleep;          /* the thread waits for work or for its pace: wake
+                                   it (otherwise it looks again before it sleeps) */
     int growing;
     int thread_failed;          /* the thread's last populate or grow failed:
                                    it leaves them until something changes */
@@ -125,7 +127,7 @@ static void register_fork(void)
 
 static uint64_t now_ns(void)
 {
-    return cp_adapt_now_ns();
+    return cp_now_ns();
 }
 
 static void deadline_of(uint64_t ns, struct timespec *ts)
@@ -160,6 +162,20 @@ static int in_demand(struct cp_pool *p)
 {
     return atomic_load_explicit(&p->waiters, memory_order_relaxed) > 0
         || load_count(p, READY) < atomic_load_explicit(&p->low_water, memory_order_relaxed);
+}
+
+/* Wake the thread only where it sleeps: a signal costs a system call, and
+ * on a busy machine the woken thread may take the caller's CPU at once. */
+static void wake_thread(struct cp_pool *p)
+{
+    if (p->thread_asleep)
+        pthread_cond_signal(&p->work);
+}
+
+static void wake_waiters(struct cp_pool *p)
+{
+    if (atomic_load_explicit(&p->waiters, memory_order_relaxed))
+        pthread_cond_broadcast(&p->changed);
 }
 
 static int may_grow(const struct cp_pool *p)
@@ -279,7 +295,7 @@ static int grow(struct cp_pool *p)
         p->nblocks += n;
         p->s.grows++;
     }
-    pthread_cond_broadcast(&p->changed);
+    wake_waiters(p);
     return err;
 }
 
@@ -290,9 +306,11 @@ static void pace_wait(struct cp_pool *p)
 {
     struct timespec ts;
     deadline_of(p->pace_next, &ts);
+    p->thread_asleep = 1;
     while (!atomic_load(&p->stop) && !in_demand(p) && now_ns() < p->pace_next)
         if (pthread_cond_timedwait(&p->work, &p->lock, &ts) == ETIMEDOUT)
             break;
+    p->thread_asleep = 0;
 }
 
 /* Zero block i in steps; at the pace unless in demand.  Called without the
@@ -337,6 +355,11 @@ static void thread_zero(struct cp_pool *p, size_t i)
 static void *pool_thread(void *arg)
 {
     struct cp_pool *p = arg;
+    /* A batch thread: woken, it does not take the CPU from the thread that
+     * woke it (the program, which gave a block back or took one), and it
+     * runs at the same weight otherwise.  Best effort. */
+    struct sched_param param = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
     pthread_mutex_lock(&p->lock);
     while (!atomic_load(&p->stop)) {
         int need = load_count(p, READY) < atomic_load(&p->low_water);
@@ -345,7 +368,7 @@ static void *pool_thread(void *arg)
             p->thread_busy = 1;
             thread_zero(p, pop(p, DIRTY));
             p->thread_busy = 0;
-            pthread_cond_broadcast(&p->changed);
+            wake_waiters(p);
             settle_closed(p);
         } else if (need && !p->thread_failed && p->count[FRESH]) {
             size_t i = pop(p, FRESH);
@@ -363,7 +386,7 @@ static void *pool_thread(void *arg)
                 p->s.populated_bytes += p->cfg.block_size;
                 push(p, READY, i);
             }
-            pthread_cond_broadcast(&p->changed);
+            wake_waiters(p);
             settle_closed(p);
         } else if (need && !p->thread_failed && may_grow(p) && !p->closed) {
             int err = grow(p);
@@ -372,7 +395,9 @@ static void *pool_thread(void *arg)
                 p->s.error = err;
             }
         } else {
+            p->thread_asleep = 1;
             pthread_cond_wait(&p->work, &p->lock);
+            p->thread_asleep = 0;
         }
     }
     pthread_mutex_unlock(&p->lock);
@@ -381,17 +406,8 @@ static void *pool_thread(void *arg)
 
 static int start_thread(struct cp_pool *p)
 {
-    /* As a job's workers (jobs.c): asynchronous signals stay with the
-     * threads Python watches; faults reach the process's handlers. */
-    sigset_t mask, old;
-    sigfillset(&mask);
-    sigdelset(&mask, SIGSEGV);
-    sigdelset(&mask, SIGBUS);
-    sigdelset(&mask, SIGILL);
-    sigdelset(&mask, SIGFPE);
-    sigdelset(&mask, SIGTRAP);
-    sigdelset(&mask, SIGSYS);
-    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    sigset_t old;
+    cp_block_async_signals(&old);
     int err = cp_inject_hit(CP_INJECT_POOL_THREAD);
     if (!err)
         err = pthread_create(&p->thread, NULL, pool_thread, p);
@@ -509,7 +525,7 @@ static int leave(struct cp_pool *p, size_t i, uint64_t t0, uintptr_t *addr)
         p->s.checked++;
         if (!zero) {
             push(p, DIRTY, i);
-            pthread_cond_signal(&p->work);
+            wake_thread(p);
             return EIO;
         }
     }
@@ -571,7 +587,7 @@ int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_
         if (p->count[READY]) {
             err = leave(p, pop(p, READY), t0, addr);
             if (!err && p->count[READY] < atomic_load(&p->low_water))
-                pthread_cond_signal(&p->work);
+                wake_thread(p);
             break;
         }
         if (!t0)
@@ -619,7 +635,7 @@ wait:
         struct timespec ts;
         deadline_of(deadline, &ts);
         atomic_fetch_add(&p->waiters, 1);
-        pthread_cond_signal(&p->work);
+        wake_thread(p);
         pthread_cond_timedwait(&p->changed, &p->lock, &ts);
         atomic_fetch_sub(&p->waiters, 1);
     }
@@ -652,8 +668,8 @@ int cp_pool_give(struct cp_pool *p, uintptr_t addr)
         } else {
             push(p, DIRTY, i);
             p->thread_failed = 0;
-            pthread_cond_signal(&p->work);
-            pthread_cond_broadcast(&p->changed);
+            wake_thread(p);
+            wake_waiters(p);
             settle_closed(p);
         }
     }
@@ -725,8 +741,8 @@ int cp_pool_trim(struct cp_pool *p, uint64_t *bytes)
         push(p, j < done ? FRESH : was[j], idle[j]);
     p->s.trimmed_bytes += (uint64_t)done * p->cfg.block_size;
     p->thread_failed = 0;
-    pthread_cond_signal(&p->work);
-    pthread_cond_broadcast(&p->changed);
+    wake_thread(p);
+    wake_waiters(p);
     settle_closed(p);
     pthread_mutex_unlock(&p->lock);
     free(idle);
@@ -741,7 +757,7 @@ void cp_pool_set_pace(struct cp_pool *p, uint64_t max_rate, size_t low_water)
     atomic_store(&p->max_rate, max_rate);
     atomic_store(&p->low_water, low_water);
     p->thread_failed = 0;
-    pthread_cond_signal(&p->work);
+    wake_thread(p);
     pthread_mutex_unlock(&p->lock);
 }
 
