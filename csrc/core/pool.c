@@ -545,6 +545,20 @@ static int leave(struct cp_pool *p, size_t i, uint64_t t0, uintptr_t *addr)
     return 0;
 }
 
+/* How long a caller waits for the block the thread works on before it
+ * faults in a fresh one (or maps more) itself: twice what a block takes
+ * the thread at the speed it has shown, from 20 us to 100 ms.  On a busy
+ * machine the thread may get no CPU for a while; the caller is not held up
+ * much longer than its own work would take. */
+static uint64_t patience_ns(const struct cp_pool *p)
+{
+    double bs = (double)p->cfg.block_size;
+    double ns = p->s.zeroed_bytes ? bs * (double)p->s.zero_ns / (double)p->s.zeroed_bytes
+                                  : bs / 8.0;   /* 8 GB/s until it has shown its speed */
+    ns *= 2;
+    return ns < 20e3 ? 20000u : ns > 100e6 ? 100000000u : (uint64_t)ns;
+}
+
 /* The caller prepares block i itself (zeroes it, or faults it in). */
 static int prepare(struct cp_pool *p, size_t i, int fresh)
 {
@@ -595,15 +609,17 @@ int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_
         if (flags & CP_POOL_PREPARE) {
             /* Dirty: zeroing it here is the quickest way to a block.  A
              * block the thread works on is ready sooner than a fresh one
-             * is faulted in, so a caller that may wait waits for it. */
-            int fresh = 0;
+             * is faulted in, so a caller that may wait waits for it, for a
+             * while (patience_ns). */
+            int fresh = 0, patient = p->thread_busy && (flags & CP_POOL_WAIT)
+                && now_ns() < t0 + patience_ns(p);
             size_t i = 0;
             if (p->count[DIRTY]) {
                 i = pop(p, DIRTY);
-            } else if (!(p->thread_busy && (flags & CP_POOL_WAIT)) && p->count[FRESH]) {
+            } else if (!patient && p->count[FRESH]) {
                 i = pop(p, FRESH);
                 fresh = 1;
-            } else if (!(p->thread_busy && (flags & CP_POOL_WAIT)) && may_grow(p)) {
+            } else if (!patient && may_grow(p)) {
                 p->callers_busy++;
                 err = grow(p);
                 p->callers_busy--;
@@ -620,6 +636,16 @@ int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_
         }
 wait:
         if (!(flags & CP_POOL_WAIT)) {
+            if ((flags & CP_POOL_PREPARE) && p->growing) {
+                /* Memory is being mapped (a system call, no faults): a caller
+                 * that may not wait still waits for that. */
+                struct timespec ts;
+                deadline_of(now_ns() + 100000000u, &ts);
+                atomic_fetch_add(&p->waiters, 1);
+                pthread_cond_timedwait(&p->changed, &p->lock, &ts);
+                atomic_fetch_sub(&p->waiters, 1);
+                continue;
+            }
             err = EAGAIN;
             break;
         }
@@ -633,7 +659,11 @@ wait:
             break;
         }
         struct timespec ts;
-        deadline_of(deadline, &ts);
+        uint64_t until = deadline;
+        if ((flags & CP_POOL_PREPARE) && p->thread_busy && t0 + patience_ns(p) < until
+                && (p->count[FRESH] || may_grow(p)))
+            until = t0 + patience_ns(p);
+        deadline_of(until, &ts);
         atomic_fetch_add(&p->waiters, 1);
         wake_thread(p);
         pthread_cond_timedwait(&p->changed, &p->lock, &ts);
