@@ -72,6 +72,30 @@ def threshold_why(th: Any, key: str) -> str:
     return why
 
 
+def pool_info() -> dict[str, Any]:
+    """What a Pool's thread runs (the policy's routine for memory not used
+    soon) and its default pace."""
+    from .. import _fast, _pool
+
+    return {"routine": _fast.decide(64 << 20, 1, 1, "auto", False)[0],
+            "default_max_rate": _pool.DEFAULT_MAX_RATE, "step": _pool.STEP}
+
+
+def populate_info() -> dict[str, Any]:
+    """populate(threads="auto") measured now on a fresh region of the largest
+    page size THP gives (what it found: POPULATE_FINDINGS)."""
+    from .. import _region
+    from .._system import thp_mode
+
+    name = "2m" if thp_mode() not in (None, "never") else "4k"
+    size = 4 * max(_region._PROBE, _region.PAGE_SIZES[name][0])
+    with _region.Region(size, page_size=name, populate=True, threads="auto"):
+        pass
+    found = _region.POPULATE_FINDINGS.get(name)
+    return {"page_size": name, "size": size, "found": found,
+            "spread_gain": _region._SPREAD_GAIN}
+
+
 def info_data() -> dict[str, Any]:
     st = _dispatch.state()
     cpu = st.cpu
@@ -113,6 +137,8 @@ def info_data() -> dict[str, Any]:
         "adaptive": _adapt.info(th, st.adapt_on, st.forced),
         "build": {"portable": st.built <= {"libc"}, "routines": sorted(st.built),
                   "extension": getattr(_native, "__file__", None)},
+        "pool": pool_info(),
+        "populate": populate_info(),
     }
 
 

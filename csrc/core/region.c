@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clearpages.h"
 #include "inject.h"
 #include "region.h"
 
@@ -210,6 +212,59 @@ int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind)
     for (size_t off = 0; off < size; off += 4096)
         __atomic_fetch_add((char *)(addr + off), 0, __ATOMIC_RELAXED);
     return 0;
+}
+
+struct populate_share {
+    uintptr_t addr;
+    size_t size, page_size;
+    int kind, err;
+    pthread_t tid;
+    int started;
+};
+
+static void *populate_share(void *arg)
+{
+    struct populate_share *s = arg;
+    s->err = cp_region_populate(s->addr, s->size, s->page_size, s->kind);
+    return NULL;
+}
+
+/* The kernel takes each share's faults on the thread that asks: where its
+ * fault path scales (per-VMA locks, Linux 6.4+) the shares go on at once. */
+int cp_region_populate_threads(uintptr_t addr, size_t size, size_t page_size, int kind,
+                               int threads)
+{
+    enum { MOST = 64 };
+    size_t pages = page_size ? (size + page_size - 1) / page_size : 0;
+    if (threads > MOST)
+        threads = MOST;
+    if ((size_t)threads > pages)
+        threads = (int)pages;
+    if (threads <= 1)
+        return cp_region_populate(addr, size, page_size, kind);
+    struct populate_share shares[MOST];
+    size_t per = (pages + (size_t)threads - 1) / (size_t)threads * page_size, off = 0;
+    int n = 0;
+    for (; n < threads && off < size; n++, off += per)
+        shares[n] = (struct populate_share){addr + off, size - off < per ? size - off : per,
+                                            page_size, kind, 0, 0, 0};
+    sigset_t old;
+    cp_block_async_signals(&old);
+    for (int i = 1; i < n; i++)
+        shares[i].started = pthread_create(&shares[i].tid, NULL, populate_share,
+                                           &shares[i]) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    populate_share(&shares[0]);
+    int err = shares[0].err;
+    for (int i = 1; i < n; i++) {
+        if (shares[i].started)
+            pthread_join(shares[i].tid, NULL);
+        else
+            populate_share(&shares[i]);
+        if (!err)
+            err = shares[i].err;
+    }
+    return err;
 }
 
 int cp_region_discard(uintptr_t addr, size_t size)

@@ -53,6 +53,13 @@ int cp_region_unmap(uintptr_t addr, size_t size);
  * a SIGBUS. */
 int cp_region_populate(uintptr_t addr, size_t size, size_t page_size, int kind);
 
+/* cp_region_populate spread over threads: each of them faults in its own
+ * contiguous share of whole pages (page_size), the caller one of them.
+ * threads <= 1 is cp_region_populate.  Where a thread cannot be started
+ * its share is faulted in by the caller.  The first error of any share. */
+int cp_region_populate_threads(uintptr_t addr, size_t size, size_t page_size, int kind,
+                               int threads);
+
 /* MADV_DONTNEED: the next touch reads zero.  Only for private anonymous. */
 int cp_region_discard(uintptr_t addr, size_t size);
 
