@@ -521,3 +521,23 @@ def test_hugetlb_pool_or_a_clear_error():
 
 def test_native_api_has_the_pool():
     assert _native.lib.CP_POOL_PREPARE and _native.lib.CP_POOL_WAIT
+
+
+# ---- the bench section's own code (not its figures) ----------------------------------
+
+
+def test_bench_pool_section_runs():
+    pytest.importorskip("numpy")
+    from clearpages.tools import poolbench
+
+    res = poolbench.time_to_zeroed(4 * MiB, 0.0, rounds=1)
+    assert {"pool", "np.zeros", "np.zeros, zeroed_arrays", "Region populate"} <= set(res["rows"])
+    assert all(row["round_s"] > 0 for row in res["rows"].values())
+    lat = poolbench.latency(block=64 * KiB, work_s=0, n=50, page_size="4k")
+    assert lat["p50_us"] <= lat["p99_us"] <= lat["max_us"] and 0 <= lat["ready_share"] <= 1
+
+
+def test_bench_pool_refuses_other_options():
+    r = run_python("import sys; from clearpages.tools import cli; "
+                   "sys.exit(cli.main(['bench', '--pool', '--methods', 'libc']))")
+    assert r.returncode != 0 and "--pool" in r.stderr, r.stderr

@@ -134,6 +134,21 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     print("\nadaptive auto", file=out)
     for line in _adapt.info_lines(data["adaptive"]):
         _output.say(line, out, indent="  ")
+    pool, pop = data["pool"], data["populate"]
+    print("\npools", file=out)
+    _output.say("a Pool's thread zeroes with %s (the policy's routine for memory not used "
+                "soon), at most %.3g GB/s above its low-water mark by default, flat out below"
+                % (pool["routine"], pool["default_max_rate"] / 1e9), out, indent="  ")
+    f = pop["found"]
+    if f is None:
+        _output.say("populate(threads='auto'): one thread (one CPU here, or nothing was "
+                    "measured)", out, indent="  ")
+    else:
+        _output.say("populate(threads='auto') on %s pages, measured now: %d threads fault in "
+                    "at %.2fx one thread (%.2f against %.2f GB/s; %.1fx needed to spread), "
+                    "so it uses %d" % (pop["page_size"], f["tried"], f["speedup"],
+                                       f["spread_gbps"], f["one_gbps"], pop["spread_gain"],
+                                       f["threads"]), out, indent="  ")
     c = data["calibration"]
     print("\ncalibration", file=out)
     if c["setting"] == "off":
@@ -228,6 +243,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         return _bench_profile(args, sizes, out)
     if args.programs:
         return _bench_programs(args, sizes, out)
+    if args.pool:
+        return _bench_pool(args, sizes, out)
     if sizes is None:
         sizes = _report.cap_sizes([_units.parse_size(s) for s in
                                    (_report.QUICK_SIZES if args.quick else _report.FULL_SIZES)])
@@ -287,6 +304,37 @@ def _bench_scan(args: argparse.Namespace, sizes: list[int], out: TextIO,
     if json_out is out and not args.json:
         print(_output.cpu_line(_core.cpu()), file=out)
     _scanbench.report(data, table_out)
+    if args.json:
+        _output.dump_json(data, args.json, out)
+    return 0
+
+
+def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
+    """cp.Pool against fresh memory: acquire's latency, the time to a zeroed,
+    resident buffer, and what a co-running memory-bound loop loses."""
+    from . import poolbench as _poolbench
+
+    if args.methods or args.plot or args.scenario != "both" or args.direct or args.scan:
+        raise UsageError("--pool measures the pool against np.zeros, torch.zeros and "
+                         "Region; it takes no --methods, --plot, --scenario, --direct "
+                         "or --scan")
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise UsageError("--pool needs numpy (its touches, and np.zeros to compare "
+                         "with): pip install numpy") from None
+    quick = args.quick
+    sizes = sizes or [64 * _units.MiB] + ([] if quick else [_units.GiB])
+    progress = _output.Progress("pool", quiet=args.quiet)
+    try:
+        data = _poolbench.measure(sizes, quick=quick, progress=progress)
+    finally:
+        progress.close()
+    table_out = sys.stderr if args.json == "-" else out
+    print(_output.cpu_line(_core.cpu()), file=table_out)
+    print("load average %s (the machine's other work shows in every figure)"
+          % " ".join("%.2f" % x for x in os.getloadavg()), file=table_out)
+    _poolbench.report(data, table_out)
     if args.json:
         _output.dump_json(data, args.json, out)
     return 0
@@ -489,6 +537,11 @@ def parser() -> argparse.ArgumentParser:
                    help="only the zero scan section: is_zero against numpy's a.any(), "
                         "warm and cold, and its early exit (it follows the clear table "
                         "when no --methods are given)")
+    b.add_argument("--pool", action="store_true",
+                   help="cp.Pool against fresh memory: acquire's latency, the time to a "
+                   "zeroed resident buffer (64 MiB, and 1 GiB without --quick) against "
+                   "np.zeros, torch.zeros and Region, and a co-running loop's slowdown "
+                   "(needs numpy)")
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
     b.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)

@@ -1,0 +1,328 @@
+"""The pool section of ``python -m clearpages bench --pool``.
+
+Four measurements, each side by side in one process, rounds interleaved:
+
+1. acquire latency: ``Pool.acquire()`` of a 2 MiB block with 100 us of
+   work (a busy loop that touches no memory) between acquires, while the
+   pool's thread keeps up: percentiles of the call's own time.
+2. time to a zeroed, resident buffer: a loop of get a buffer, write one
+   byte of every 4 KiB page, let it go, with ``work_s`` of busy work before
+   each (0: a tight loop).  Against ``np.zeros`` + touch, ``torch.zeros``
+   + touch where torch is installed, ``Region(populate=True)`` + touch, and
+   ``np.zeros`` under ``zeroed_arrays`` + touch.  The pool's row times the
+   acquire and the writes; "acquire" alone is the time to zeroed memory.
+3. a co-running memory-bound loop (a copy of 64 MiB arrays in another
+   process, pinned to another CPU) timed in phases: the pool idle, the pool
+   zeroing at its default pace, and flat out; its slowdown, and the pace
+   the pool reached.
+4. (in 2) numpy's own allocator against ``zeroed_arrays``.
+
+numpy is needed (the touches); torch is optional.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+from .._pool import DEFAULT_MAX_RATE, Pool
+from .._region import Region
+from .._units import MiB, format_size
+from .._zeroed_arrays import zeroed_arrays
+
+PAGE = 4096
+
+
+def spin(seconds: float) -> None:
+    """Busy work that touches no memory: the program between requests."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def latency(block: int = 2 * MiB, work_s: float = 100e-6, n: int = 3000,
+            page_size: str = "auto") -> dict[str, Any]:
+    """Percentiles of acquire() in microseconds, and the pool's counters."""
+    clock = time.perf_counter_ns
+    pairs = [(clock(), clock()) for _ in range(1000)]
+    overhead = min(b - a for a, b in pairs)
+    samples: list[float] = []
+    with Pool(block, page_size=page_size) as pool:
+        for _ in range(50):                     # the first blocks are faulted in
+            pool.acquire().release()
+            spin(work_s)
+        before = pool.stats()
+        for _ in range(n):
+            t0 = clock()
+            blk = pool.acquire()
+            t1 = clock()
+            samples.append((t1 - t0) / 1e3)
+            spin(work_s)
+            blk.release()
+        st = pool.stats()
+    return {
+        "block": block, "work_us": work_s * 1e6, "n": n, "page_size": pool.page_size_name,
+        "p50_us": _percentile(samples, 0.5), "p90_us": _percentile(samples, 0.9),
+        "p99_us": _percentile(samples, 0.99), "max_us": max(samples),
+        "clock_us": max(0, overhead) / 1e3,
+        "ready_share": (st.acquires_ready - before.acquires_ready) / n,
+    }
+
+
+def _numpy() -> Any:
+    import numpy as np
+
+    return np
+
+
+def _torch() -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+@contextlib.contextmanager
+def _candidates(size: int) -> Iterator[dict[str, Callable[[], float]]]:
+    """name -> one round: get a zeroed buffer, write a byte of every page,
+    let it go; returns the seconds to the zeroed buffer (before the writes)
+    and the whole round's are timed by the caller."""
+    np = _numpy()
+    torch = _torch()
+    clock = time.perf_counter
+
+    with Pool(size, page_size="auto") as pool:
+        def pool_round() -> float:
+            t0 = clock()
+            blk = pool.acquire()
+            t1 = clock()
+            a = np.frombuffer(blk, dtype=np.uint8)
+            a[::PAGE] = 1
+            del a
+            blk.release()
+            return t1 - t0
+
+        def numpy_round() -> float:
+            t0 = clock()
+            a = np.zeros(size, dtype=np.uint8)
+            t1 = clock()
+            a[::PAGE] = 1
+            del a
+            return t1 - t0
+
+        def handler_round() -> float:
+            with zeroed_arrays(pool):
+                t0 = clock()
+                a = np.zeros(size, dtype=np.uint8)
+                t1 = clock()
+            a[::PAGE] = 1
+            del a
+            return t1 - t0
+
+        def region_round() -> float:
+            t0 = clock()
+            r = Region(size, page_size="auto", populate=True)
+            t1 = clock()
+            a = np.frombuffer(r, dtype=np.uint8)
+            a[::PAGE] = 1
+            del a
+            r.close()
+            return t1 - t0
+
+        rounds: dict[str, Callable[[], float]] = {
+            "pool": pool_round, "np.zeros": numpy_round,
+            "np.zeros, zeroed_arrays": handler_round, "Region populate": region_round}
+        if torch is not None:
+            def torch_round() -> float:
+                t0 = clock()
+                t = torch.zeros(size, dtype=torch.uint8)
+                t1 = clock()
+                t[::PAGE] = 1
+                del t
+                return t1 - t0
+
+            rounds["torch.zeros"] = torch_round
+        yield rounds
+
+
+def time_to_zeroed(size: int, work_s: float, rounds: int = 7,
+                   seed: int = 0) -> dict[str, Any]:
+    """Median seconds per round (get + touch) and to the zeroed buffer, per
+    candidate; rounds interleaved in a shuffled order."""
+    rng = random.Random(seed)
+    whole: dict[str, list[float]] = {}
+    first: dict[str, list[float]] = {}
+    with _candidates(size) as cands:
+        for fn in cands.values():                 # once each, untimed: fault in the pool
+            fn()
+        for _ in range(rounds):
+            order = list(cands.items())
+            rng.shuffle(order)
+            for name, fn in order:
+                spin(work_s)
+                t0 = time.perf_counter()
+                to_zero = fn()
+                whole.setdefault(name, []).append(time.perf_counter() - t0)
+                first.setdefault(name, []).append(to_zero)
+    rows = {}
+    base = statistics.median(whole["np.zeros"])
+    for name in whole:
+        w, z = statistics.median(whole[name]), statistics.median(first[name])
+        rows[name] = {"round_s": w, "to_zeroed_s": z, "round_min_s": min(whole[name]),
+                      "round_max_s": max(whole[name]), "speedup": base / w if w else None}
+    return {"size": size, "work_s": work_s, "rounds": rounds, "rows": rows}
+
+
+_CORUNNER = r"""
+import mmap, os, struct, sys, numpy as np
+cpu, path = int(sys.argv[1]), sys.argv[2]
+if cpu >= 0:
+    os.sched_setaffinity(0, {cpu})
+f = open(path, "r+b")
+m = mmap.mmap(f.fileno(), 8)
+a = np.ones(64 << 20, dtype=np.uint8)
+b = np.empty_like(a)
+n = 0
+while True:
+    np.copyto(b, a)
+    n += 1
+    m[:8] = struct.pack("q", n)
+"""
+
+
+def co_runner(block: int = 8 * MiB, phase_s: float = 1.0, rounds: int = 3) -> dict[str, Any]:
+    """A memory-bound loop in another process, on another CPU: its copies a
+    second with the pool idle, at its default pace and flat out."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return {"skipped": "needs two CPUs (one for the program and its pool, one for "
+                           "the co-running loop)"}
+    mine, other = cpus[0], cpus[1]
+    old_affinity = os.sched_getaffinity(0)
+    with tempfile.NamedTemporaryFile() as counter:
+        counter.write(b"\0" * 8)
+        counter.flush()
+        m = mmap.mmap(counter.fileno(), 8)
+        proc = subprocess.Popen([sys.executable, "-c", _CORUNNER, str(other), counter.name])
+        os.sched_setaffinity(0, {mine})
+        try:
+            def count() -> int:
+                value: int = struct.unpack("q", m[:8])[0]
+                return value
+
+            deadline = time.monotonic() + 30
+            while count() < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            phases: dict[str, dict[str, list[float]]] = {}
+            with Pool(block, page_size="auto", capacity=64 * block, low_water=0,
+                      max_rate=0) as pool:
+                held = [pool.acquire() for _ in range(64)]     # faulted in, then dirty
+                for b in held:
+                    b.release()
+                del held
+                paces: dict[str, int | str] = {"idle": 0, "default": DEFAULT_MAX_RATE,
+                                               "flat out": "max"}
+                for _ in range(rounds):
+                    for name, pace in paces.items():
+                        pool.set_pace(max_rate=pace)
+                        st0, c0, t0 = pool.stats(), count(), time.monotonic()
+                        end = t0 + phase_s
+                        while time.monotonic() < end:
+                            blk = pool.acquire_nowait()     # ready: back to be zeroed again
+                            if blk is None:
+                                time.sleep(0.0005)
+                            else:
+                                blk.release()
+                        st1, c1, t1 = pool.stats(), count(), time.monotonic()
+                        p = phases.setdefault(name, {"rate": [], "pace": []})
+                        p["rate"].append((c1 - c0) / (t1 - t0))
+                        p["pace"].append((st1.zeroed_bytes - st0.zeroed_bytes) / (t1 - t0))
+        finally:
+            proc.kill()
+            proc.wait()
+            os.sched_setaffinity(0, old_affinity)
+            m.close()
+    idle = statistics.median(phases["idle"]["rate"])
+    rows = {}
+    for name, p in phases.items():
+        rate = statistics.median(p["rate"])
+        rows[name] = {"copies_per_s": rate, "slowdown": 1 - rate / idle if idle else None,
+                      "pace_bytes_s": statistics.median(p["pace"]),
+                      "rates": p["rate"]}
+    return {"block": block, "phase_s": phase_s, "rounds": rounds, "rows": rows,
+            "default_max_rate": DEFAULT_MAX_RATE, "cpus": [mine, other]}
+
+
+def measure(sizes: list[int], *, quick: bool = False,
+            progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+    steps = 2 + 2 * len(sizes)
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        if progress:
+            progress(done, steps, what)
+        done += 1
+
+    step("acquire latency")
+    data: dict[str, Any] = {"latency": latency(n=1000 if quick else 3000)}
+    data["to_zeroed"] = []
+    for size in sizes:
+        for work in (0.0, 0.040):
+            step("%s, %s" % (format_size(size), "tight" if not work else "40 ms of work"))
+            data["to_zeroed"].append(time_to_zeroed(size, work, rounds=3 if quick else 7))
+    step("co-running loop")
+    data["co_runner"] = co_runner(phase_s=0.5 if quick else 1.0, rounds=2 if quick else 3)
+    if progress:
+        progress(steps, steps, "")
+    return data
+
+
+def report(data: dict[str, Any], out: TextIO) -> None:
+    lat = data["latency"]
+    print("\nPool.acquire() of a %s block (%s pages), %d us of work between, %d calls:"
+          % (format_size(lat["block"]), lat["page_size"], lat["work_us"], lat["n"]), file=out)
+    print("  p50 %.2f us   p90 %.2f us   p99 %.2f us   max %.1f us   (%.0f%% were ready)"
+          % (lat["p50_us"], lat["p90_us"], lat["p99_us"], lat["max_us"],
+             100 * lat["ready_share"]), file=out)
+    for res in data["to_zeroed"]:
+        work = ("a tight loop" if not res["work_s"]
+                else "%d ms of work before each" % (res["work_s"] * 1e3))
+        print("\nA zeroed, resident %s, then a write to every page (%s; median of %d):"
+              % (format_size(res["size"]), work, res["rounds"]), file=out)
+        print("  %-26s %12s %12s %10s" % ("", "to zeroed", "with writes", "vs np.zeros"),
+              file=out)
+        for name, row in res["rows"].items():
+            print("  %-26s %9.3f ms %9.2f ms %9.1fx"
+                  % (name, row["to_zeroed_s"] * 1e3, row["round_s"] * 1e3, row["speedup"]),
+                  file=out)
+    co = data["co_runner"]
+    if "skipped" in co:
+        print("\nCo-running loop: skipped (%s)" % co["skipped"], file=out)
+        return
+    print("\nA memory-bound loop (64 MiB copies) on CPU %d while the pool zeroes %s blocks "
+          "on CPU %d:" % (co["cpus"][1], format_size(co["block"]), co["cpus"][0]), file=out)
+    for name, row in co["rows"].items():
+        print("  %-10s %8.1f copies/s  slowdown %5.1f%%  pool's pace %6.2f GB/s"
+              % (name, row["copies_per_s"], 100 * (row["slowdown"] or 0),
+                 row["pace_bytes_s"] / 1e9), file=out)
+
+
+__all__ = ["co_runner", "latency", "measure", "report", "spin", "time_to_zeroed"]
