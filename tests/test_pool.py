@@ -280,6 +280,19 @@ def test_paced_zeroing_is_reported():
         assert st.pace is not None and st.zero_rate is not None
 
 
+def test_a_new_pace_applies_at_once():
+    """A thread asleep at a pace of a few bytes a second takes a new pace
+    at once, not when the old one would have let it go on."""
+    with cp.Pool("2M", page_size="4k", capacity="2M", max_rate=16, low_water=0) as pool:
+        blk = pool.acquire()
+        _fill(blk)
+        blk.release()
+        time.sleep(0.01)
+        assert pool.stats().ready == 0
+        pool.set_pace(max_rate="max")
+        assert _eventually(lambda: pool.stats().ready == 1)
+
+
 def test_low_water_blocks_are_kept_ready():
     with cp.Pool("64K", page_size="4k", low_water=3) as pool:
         assert _eventually(lambda: pool.stats().ready == 3)

@@ -306,11 +306,15 @@ static void pace_wait(struct cp_pool *p)
 {
     struct timespec ts;
     deadline_of(p->pace_next, &ts);
+    uint64_t rate = atomic_load(&p->max_rate);
     p->thread_asleep = 1;
-    while (!atomic_load(&p->stop) && !in_demand(p) && now_ns() < p->pace_next)
+    while (!atomic_load(&p->stop) && !in_demand(p) && now_ns() < p->pace_next
+           && atomic_load(&p->max_rate) == rate)
         if (pthread_cond_timedwait(&p->work, &p->lock, &ts) == ETIMEDOUT)
             break;
     p->thread_asleep = 0;
+    if (atomic_load(&p->max_rate) != rate)
+        p->pace_next = 0;       /* a new pace starts now */
 }
 
 /* Zero block i in steps; at the pace unless in demand.  Called without the
