@@ -195,15 +195,6 @@ def _check_size(size: Any, what: str = "size") -> int:
     return n
 
 
-def _table_alignment(size: int, page: int) -> int:
-    """Place a region at the largest page-table level it can fill, so that
-    later moves can go entry by entry at that level (address space is free)."""
-    for level in (GiB, 2 * MiB):
-        if size >= level:
-            return max(level, page)
-    return page
-
-
 class Region(RegionMemory):
     """Private anonymous memory: ``Region(size, *, page_size="4k", populate=False)``.
 
@@ -289,11 +280,11 @@ class Region(RegionMemory):
 
     def _map_pages(self, size: int, name: str) -> None:
         page, kind = PAGE_SIZES[name]
-        size = self._whole_pages(size, page.bit_length() - 1)
-        if size > _address_space_limit():
+        # Rounded up to whole pages and placed by the native type (its geometry).
+        err, size = self._map(size, kind, page.bit_length() - 1, _address_space_limit(),
+                              CONGRUENCE)
+        if err == errno.EOVERFLOW:
             raise ValueError("size %d rounds up to more than the address space" % size)
-        err = self._map(size, _table_alignment(size, page), kind, page.bit_length() - 1,
-                        _address_space_limit(), CONGRUENCE)
         if err:
             if kind == lib.CP_REGION_HUGETLB and err in (errno.ENOMEM, errno.EINVAL):
                 raise _hugetlb_error(size, page, err)
@@ -596,14 +587,12 @@ class Region(RegionMemory):
     def _resize_slow(self, new_size: Any) -> None:
         new_size = _check_size(new_size, "new_size")
         self._check_open()
-        new_size = self._whole_pages(new_size, self._page.bit_length() - 1)
-        if new_size > _address_space_limit():
-            raise ValueError("new_size rounds up to more than the address space")
-        err = self._resize(new_size, self._kind, self._page.bit_length() - 1, CONGRUENCE)
-        if err:
-            self._resize_failed(err, new_size)
+        self._resize(new_size)
 
     def _resize_failed(self, err: int, new_size: int) -> None:
+        if err == errno.EOVERFLOW:
+            raise ValueError("new_size %d rounds up to more than the address space"
+                             % new_size)
         err = self._lost_check("resize", err)
         if not err:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import pickle
@@ -51,6 +52,27 @@ def test_large_regions_start_on_a_page_table_boundary():
         assert r.address % (2 * MiB) == 0
     with cp.Region(GiB) as r:
         assert r.address % GiB == 0
+
+
+def test_a_size_that_rounds_past_the_address_space_is_refused():
+    """The native type rounds and checks a Region's size against the address
+    space, in one place, for mapping and for resize alike."""
+    r = cp.Region.__new__(cp.Region)
+    assert r._map(8193, lib.CP_REGION_NORMAL, 12, 8192, GiB) == (errno.EOVERFLOW, 8193)
+    assert r.closed
+    assert r._map(5000, lib.CP_REGION_NORMAL, 12, 8192, GiB) == (0, 8192)
+    try:
+        assert r._size == 8192 and not r.closed
+        with pytest.raises(ValueError, match="new_size 8193 rounds up to more than the "
+                                             "address space"):
+            r.resize(8193)
+        with pytest.raises(ValueError, match="rounds up to more than"):
+            r.resize("8193")        # the slow path, to the same check
+        assert r._size == 8192
+        r.resize(4097)
+        assert r._size == 8192
+    finally:
+        r._close()
 
 
 def test_page_size_in_bytes_is_accepted():

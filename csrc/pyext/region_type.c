@@ -3,6 +3,9 @@
  * exports it as a buffer itself and counts the exports, so resize, move and
  * close can refuse while any is live.  The system calls are _native's.
  */
+#include <errno.h>
+#include <limits.h>
+
 #include "fast.h"
 
 typedef struct {
@@ -153,40 +156,49 @@ static int region_check(RegionMemory *self, const char *what)
     return 0;
 }
 
-/* n bytes in whole pages of 1 << shift: the one place Region sizes are
- * rounded (resize's fast path here; Region's mapping and its slow resize
- * through _whole_pages).  Sizes come within the address space, far below
- * where this could wrap. */
-static size_t whole_pages(size_t n, int shift)
+/* ---- geometry: a Region's sizes and alignment, here alone ---------------- */
+
+/* n bytes in whole pages of 1 << shift, into *out: 0, or EOVERFLOW where
+ * that is more than the address space (limit). */
+static int whole_pages(unsigned long long n, int shift, size_t limit, size_t *out)
 {
-    size_t page = (size_t)1 << shift;
-    return (n + page - 1) / page * page;
+    unsigned long long page = 1ull << shift;
+    if (n > limit || n > ULLONG_MAX - page)
+        return EOVERFLOW;
+    unsigned long long r = (n + page - 1) / page * page;
+    if (r > limit)
+        return EOVERFLOW;
+    *out = (size_t)r;
+    return 0;
 }
 
-static PyObject *region_whole_pages(PyObject *unused, PyObject *args)
+/* Where a new mapping of size bytes goes: at the largest page-table level
+ * it fills (1 GiB, 2 MiB), so that later moves can go entry by entry at that
+ * level (address space costs nothing); never below its page. */
+static size_t table_alignment(size_t size, size_t page)
 {
-    unsigned long long n;
-    int shift;
-    (void)unused;
-    if (!PyArg_ParseTuple(args, "Ki", &n, &shift))
-        return NULL;
-    if (shift < 12 || shift > 40 || n > (unsigned long long)SIZE_MAX - ((size_t)1 << shift)) {
-        PyErr_SetString(PyExc_ValueError, "_whole_pages: bad page shift or size");
-        return NULL;
-    }
-    return PyLong_FromSize_t(whole_pages((size_t)n, shift));
+    size_t level = size >= ((size_t)1 << 30) ? (size_t)1 << 30
+                 : size >= ((size_t)2 << 20) ? (size_t)2 << 20 : page;
+    return level > page ? level : page;
 }
 
+/* _map(size, kind, page_shift, address_space, modulus) -> (errno, size):
+ * size rounded up to whole pages and mapped, aligned by table_alignment;
+ * EOVERFLOW where the rounded size is more than the address space. */
 static PyObject *region_map(RegionMemory *self, PyObject *args)
 {
-    unsigned long long size, align, limit, modulus;
+    unsigned long long want, limit, modulus;
     int kind, shift;
-    if (!PyArg_ParseTuple(args, "KKiiKK", &size, &align, &kind, &shift, &limit, &modulus))
+    if (!PyArg_ParseTuple(args, "KiiKK", &want, &kind, &shift, &limit, &modulus))
         return NULL;
     if (shift < 12 || shift > 40 || !modulus) {
         PyErr_SetString(PyExc_ValueError, "_map: bad page shift or modulus");
         return NULL;
     }
+    size_t size;
+    if (whole_pages(want, shift, (size_t)limit, &size))
+        return Py_BuildValue("(iK)", EOVERFLOW, want);
+    size_t align = table_alignment(size, (size_t)1 << shift);
     region_lock(self);
     region_settle(self);
     if (self->mapped) {
@@ -197,11 +209,11 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
     uintptr_t out = 0;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->region_map((size_t)size, (size_t)align, kind, shift, &out);
+    err = nat->region_map(size, align, kind, shift, &out);
     Py_END_ALLOW_THREADS
     if (!err) {
         self->address = out;
-        self->size = (size_t)size;
+        self->size = size;
         self->generation = nat->fork_generation();
         self->forked_away = 0;
         self->mapped = 1;
@@ -211,7 +223,7 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
         self->modulus = (size_t)modulus;
     }
     region_unlock(self);
-    return PyLong_FromLong(err);
+    return Py_BuildValue("(in)", err, (Py_ssize_t)size);
 }
 
 /* op: 0 resize, 1 move_congruent, 2 move_to. */
@@ -259,40 +271,48 @@ static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
     return PyLong_FromLong(err);
 }
 
-static PyObject *region_resize(RegionMemory *self, PyObject *args)
+/* Resize to v bytes, rounded up to whole pages, keeping the address modulo
+ * the modulus it was mapped with; an errno (EOVERFLOW: the rounded size is
+ * more than the address space) goes to the subclass's _resize_failed,
+ * which says what failed (the messages live in Python). */
+static PyObject *resize_to(RegionMemory *self, unsigned long long v)
 {
-    unsigned long long new_size, modulus;
-    int kind, shift;
-    if (!PyArg_ParseTuple(args, "KiiK", &new_size, &kind, &shift, &modulus))
+    size_t n = 0;
+    long err = whole_pages(v, self->shift, self->limit, &n);
+    if (!err) {
+        PyObject *r = region_relocate(self, 0, "resize", n, (unsigned)self->kind,
+                                      (unsigned)self->shift, self->modulus);
+        if (!r)
+            return NULL;
+        err = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (err == 0)
+            Py_RETURN_NONE;
+    }
+    return PyObject_CallMethod((PyObject *)self, "_resize_failed", "ln", err,
+                               (Py_ssize_t)(err == EOVERFLOW ? v : n));
+}
+
+/* _resize(new_size): resize_to, for the subclass's _resize_slow once it
+ * has made new_size an int of at least 1 and found the Region open. */
+static PyObject *region_resize(RegionMemory *self, PyObject *arg)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    return region_relocate(self, 0, "resize", new_size, (unsigned)kind, (unsigned)shift,
-                           modulus);
+    return resize_to(self, v);
 }
 
 /* resize(new_size): an exact int within the address space goes to the
- * system calls from here; anything else to the subclass's _resize_slow,
- * and an errno to its _resize_failed (the messages live in Python). */
+ * system calls from here; anything else to the subclass's _resize_slow. */
 static PyObject *region_resize_public(RegionMemory *self, PyObject *arg)
 {
     region_settle(self);
     if (PyLong_CheckExact(arg) && self->mapped) {
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
-        if (!overflow && v > 0 && (unsigned long long)v <= self->limit) {
-            size_t n = whole_pages((size_t)v, self->shift);
-            if (n <= self->limit) {
-                PyObject *r = region_relocate(self, 0, "resize", n, (unsigned)self->kind,
-                                              (unsigned)self->shift, self->modulus);
-                if (!r)
-                    return NULL;
-                long err = PyLong_AsLong(r);
-                Py_DECREF(r);
-                if (err == 0)
-                    Py_RETURN_NONE;
-                return PyObject_CallMethod((PyObject *)self, "_resize_failed", "ln", err,
-                                           (Py_ssize_t)n);
-            }
-        }
+        if (!overflow && v > 0 && (unsigned long long)v <= self->limit)
+            return resize_to(self, (unsigned long long)v);
     }
     return PyObject_CallMethod((PyObject *)self, "_resize_slow", "O", arg);
 }
@@ -451,11 +471,10 @@ static PyObject *region_get_closed(RegionMemory *self, void *closure)
 
 static PyMethodDef region_methods[] = {
     {"_map", (PyCFunction)region_map, METH_VARARGS,
-     "_map(size, align, kind, page_shift, address_space, modulus) -> errno: map the\n"
-     "memory (once); resize() keeps the address modulo modulus."},
-    {"_whole_pages", (PyCFunction)region_whole_pages, METH_VARARGS | METH_STATIC,
-     "_whole_pages(size, page_shift) -> size rounded up to whole pages of 1 << page_shift\n"
-     "(how resize rounds)."},
+     "_map(size, kind, page_shift, address_space, modulus) -> (errno, size): map\n"
+     "size bytes rounded up to whole pages (once), at the largest page-table level\n"
+     "the size fills; EOVERFLOW where they are more than the address space.\n"
+     "resize() keeps the address modulo modulus."},
     {"resize", (PyCFunction)region_resize_public, METH_O,
      "resize(new_size)\n--\n\n"
      "Grow or shrink to new_size (rounded up to whole pages).\n\n"
@@ -464,8 +483,9 @@ static PyMethodDef region_methods[] = {
      "PUD/PMD entries and copies nothing.  Contents are kept (up to the smaller\n"
      "size), the grown part reads zero, page size and huge-page advice are kept.\n"
      "BufferError while views exist; on any failure the region is as it was."},
-    {"_resize", (PyCFunction)region_resize, METH_VARARGS,
-     "_resize(new_size, kind, huge_shift, modulus) -> errno (BufferError while exported)."},
+    {"_resize", (PyCFunction)region_resize, METH_O,
+     "_resize(new_size): resize() of an int >= 1 (rounded up to whole pages); an errno\n"
+     "goes to _resize_failed(errno, size)."},
     {"_move_congruent", (PyCFunction)region_move_congruent, METH_VARARGS,
      "_move_congruent(piece, modulus, residue) -> errno (BufferError while exported)."},
     {"_move_to", (PyCFunction)region_move_to, METH_VARARGS,
