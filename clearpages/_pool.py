@@ -173,7 +173,7 @@ class Block(BlockMemory):
     def __dlpack__(self, **kw: Any) -> Any:
         import numpy as np
 
-        return np.frombuffer(self, dtype=np.uint8).__dlpack__(**kw)
+        return np.frombuffer(memoryview(self), dtype=np.uint8).__dlpack__(**kw)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)           # kDLCPU, device 0
@@ -215,6 +215,9 @@ class Pool(PoolCore):
     pool:`` closes it at the end (memory a block still uses goes with the
     last block); ``close()`` refuses with BufferError while blocks are out.
     """
+
+    #: max_rate=None: bytes a second above the low-water mark.
+    DEFAULT_MAX_RATE = DEFAULT_MAX_RATE
 
     def __init__(self, block_size: int | str, *, capacity: int | str | None = None,
                  page_size: str | int = "auto", max_rate: int | str | float | None = None,

@@ -462,7 +462,7 @@ def test_bad_acquire_arguments(pool):
 
 
 def test_max_rate_forms():
-    for value, rate in ((None, cp._pool.DEFAULT_MAX_RATE), ("max", (1 << 64) - 1),
+    for value, rate in ((None, cp.Pool.DEFAULT_MAX_RATE), ("max", (1 << 64) - 1),
                         (float("inf"), (1 << 64) - 1), (0, 0), ("1G", 1 << 30),
                         (5e8, 500_000_000)):
         with cp.Pool("64K", page_size="4k", max_rate=value) as pool:
