@@ -29,14 +29,14 @@ from ._native import lib
 from ._region import FORK, PAGE_SIZES, Region, _hugetlb_error
 from ._units import GiB, MiB, format_size as _fmt_size, parse_size as _parse_size
 
-#: The default pace above the low-water mark, in bytes a second.  Streaming
-#: stores of one core can take most of the machine's write bandwidth (70-80
-#: GB/s on a Zen 4 guest); a program on the other cores that streams memory
-#: itself loses a share of its bandwidth to them.  At 2 GB/s the pool
-#: refills a 2 MiB block in 1 ms and a 1 GiB one in half a second, and a
-#: memory-bound loop on the other core lost under 5% (docs/results.md).
-#: Below the low-water mark, or while a caller waits, the thread works
-#: flat out: the program would wait otherwise.
+#: The default pace above the low-water mark, in bytes a second: about 3%
+#: of what one core's streaming stores reach on a Zen 4 guest (70-80 GB/s)
+#: and 7% of its memory bandwidth (29-34 GB/s), so a memory-bound program on
+#: the other cores keeps most of its bandwidth, while the pool still refills
+#: a 2 MiB block in 1 ms and a 1 GiB one in half a second.  Below the
+#: low-water mark, or while a caller waits, the thread works flat out: the
+#: program would wait otherwise.  docs/results.md has what a co-running loop
+#: lost.
 DEFAULT_MAX_RATE = 2 * GiB
 
 #: max_rate="max": no limit (the C side's UINT64_MAX).
