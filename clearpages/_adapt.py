@@ -1,17 +1,19 @@
 """Adaptive auto: the Python face of the learner in csrc/core/adapt.c.
 
 In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
-clear with ``method="auto"`` asks the learner which store to use and, unless
-the learner has settled and this call is not one of its samples, is timed
-(two clock reads) and reports its start and end.  The learner keeps, per size
-class (powers of two) and per kind of buffer ("cleared again soon" or
-"other"), the time per byte of the ordinary-store and the streaming routine
-and of what the program did after each until its next clear, and exploits
-the one that costs less (see csrc/core/adapt.c for the rules and their
-bounds).
+clear with ``method="auto"`` asks the learner which store to use.  Per size
+class (powers of two) and context (a buffer cleared within the last
+last-level cache's worth of clears, "recent", or not, "other"), the learner
+runs ordinary stores for a recent buffer small enough to be in the cache,
+untimed; everything else it times by paired comparison of the two routines,
+counting the clear and what the program did until its next clear of that
+context, and it streams only where streaming won decisively (see
+csrc/core/adapt.h for the rules).
 
-This module configures the learner from the thresholds, and reads back
-what it has learned for ``plan()`` and ``python -m clearpages info``.
+This module configures the learner from the thresholds, and puts what it
+has learned into words for ``plan()`` and ``python -m clearpages info``:
+the learner returns codes (why a context runs its routine, what started
+its latest comparison), and the words are tables keyed by them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,36 @@ from ._policy import Thresholds, _evidence
 from ._units import format_size
 
 #: The learner's contexts, as plan() and info name them.
-CONTEXTS = ("other buffers", "buffers cleared again soon")
+CONTEXTS = ("other buffers", "recent buffers")
+
+#: Why a context runs its routine (cp_adapt_stat's learned code), as a
+#: reason; the fields come from :class:`Learned` and the learner's parameters.
+LEARNED = {
+    lib.CP_LEARNED_FIRST: "nothing compared yet: ordinary stores, as memset",
+    lib.CP_LEARNED_CACHED: (
+        "cleared within the last {reuse} of clears and smaller than {recent_max}, so still "
+        "in the cache: ordinary stores keep it there for the program, untimed"),
+    lib.CP_LEARNED_COMPARING: (
+        "comparing the two routines in pairs ({pairs} so far), ordinary stores before "
+        "and after unless streaming wins decisively"),
+    lib.CP_LEARNED_STREAMING: (
+        "streaming cost this program less in {wins} of {pairs} pairs, {ratio:.2f}x the "
+        "ordinary stores' cost at the median (the clear and the program's time until its "
+        "next clear of such a buffer)"),
+    lib.CP_LEARNED_TEMPORAL: (
+        "ordinary stores cost this program less in {losses} of {pairs} pairs (streaming "
+        "{ratio:.2f}x their cost at the median: the program uses what it cleared)"),
+    lib.CP_LEARNED_EVEN: (
+        "no decisive difference in {pairs} pairs (streaming {ratio:.2f}x at the median, "
+        "within the noise): ordinary stores, which cannot lose much against memset"),
+}
+
+#: What started a context's latest comparison (cp_adapt_stat's trigger).
+TRIGGER = {
+    lib.CP_ADAPT_BY_START: "its first calls",
+    lib.CP_ADAPT_BY_CHANGE: "a change in what its routine cost (the program changed)",
+    lib.CP_ADAPT_BY_RECHECK: "a periodic recheck",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,36 +66,66 @@ class Learned:
     context: int
     method: str
     """The routine adaptive auto runs there now."""
+    learned: int
+    """The learner's code for why (a key of :data:`LEARNED`)."""
+    trigger: int
+    """What started the latest comparison (a key of :data:`TRIGGER`)."""
     gbps: dict[str, float]
-    """Recency-weighted GB/s per routine (only those measured)."""
-    samples: dict[str, int]
+    """The clear alone, GB/s per routine (only those timed)."""
+    cost: dict[str, float]
+    """ns per KiB per routine of the clear and the program's time until its
+    next clear of such a buffer, over the latest comparison's pairs."""
+    pairs: int
+    wins: int
+    """Of the pairs, those where streaming cost less."""
+    ratio: float
+    """Their median streaming / ordinary-store cost (0: none yet)."""
     calls: int
-    explorations: int
+    timed: int
+    comparisons: int
     switches: int
-    after: dict[str, float] = dataclasses.field(default_factory=dict)
-    """ns per KiB the program spent after a clear of each routine, until its
-    next clear (only those measured)."""
-    timed: int = 0
 
     @property
     def sizes(self) -> str:
         return "%s-%s" % (format_size(1 << self.size_class),
                           format_size(2 << self.size_class))
 
-    def sentence(self) -> str:
+    def reason(self, reuse: int, recent_max: int) -> str:
+        """Why it runs :attr:`method` (the reason table :data:`LEARNED`)."""
+        return LEARNED[self.learned].format(pairs=self.pairs, wins=self.wins,
+                                    losses=self.pairs - self.wins, ratio=self.ratio,
+                                    reuse=format_size(reuse), recent_max=format_size(recent_max))
+
+    def sentence(self, reuse: int, recent_max: int) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
-        after = ", ".join("%s %.1f ns/KiB" % kv for kv in self.after.items())
-        return ("%s: %s (%s%s; %d calls, %d timed, %d explored, %d switch%s)"
-                % (CONTEXTS[self.context], self.method, speeds or "not timed yet",
-                   "; the program after it: " + after if after else "",
-                   self.calls, self.timed, self.explorations, self.switches,
-                   "" if self.switches == 1 else "es"))
+        started = "" if self.learned in (lib.CP_LEARNED_FIRST, lib.CP_LEARNED_CACHED) else (
+            "; compared %d time%s, the latest after %s" % (
+                self.comparisons, "" if self.comparisons == 1 else "s", TRIGGER[self.trigger]))
+        return ("%s: %s, %s (%s; %d calls, %d timed%s)"
+                % (CONTEXTS[self.context], self.method, self.reason(reuse, recent_max),
+                   "the clear alone: " + speeds if speeds else "not timed",
+                   self.calls, self.timed, started))
 
 
 def reuse_bytes(th: Thresholds) -> int:
-    """A buffer cleared again within this many bytes of clears is "cleared
-    again soon" (a quarter of the band's top: the last-level cache)."""
+    """A buffer cleared again within this many bytes of clears is "recent":
+    the last-level cache, which the band's top is four times."""
     return max(th.adapt_max // 4, th.adapt_min)
+
+
+#: What the learner's numbers are, as multiples of the reuse window (the
+#: last-level cache): a recent buffer below a quarter of it is in the cache
+#: without a clock (on a Zen 3 guest with a 32 MiB L3 ordinary stores still
+#: won a buffer cleared back to back at 8 MiB, 1.9x, and lost at 16 MiB,
+#: 0.35x); a comparison may take its worth of clears (or 32 calls) before
+#: it falls back to the temporal role, half of the 2x the cache (or 64
+#: calls) that following a change may take; a settled context times a pair
+#: of calls every quarter of it (three pairs see a change) and is compared
+#: again after sixteen times it, the gap doubling while the role holds.
+RECENT_MAX_DIVISOR = 4
+DECIDE_FACTOR = 1
+SAMPLE_DIVISOR = 4
+RECHECK_FACTOR = 16
 
 
 def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
@@ -73,13 +134,21 @@ def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
     if usable and th.adapt_min < th.adapt_max:
+        reuse = reuse_bytes(th)
         p.lo, p.hi = th.adapt_min, th.adapt_max
-        p.nt_min = th.nt_min
-        # "Cleared again soon": within a last-level cache's worth of band
-        # clears, 4x the band's floor when no larger figure is known.
-        p.reuse_bytes = reuse_bytes(th)
+        p.reuse_bytes = reuse
+        p.recent_max = reuse // RECENT_MAX_DIVISOR
+        p.decide_bytes = DECIDE_FACTOR * reuse
+        p.sample_bytes = reuse // SAMPLE_DIVISOR
+        p.recheck_bytes = RECHECK_FACTOR * reuse
     lib.cp_adapt_configure(p)
     enable(enabled)
+
+
+def reset() -> None:
+    """Forget everything learned, keep the band and the switch: auto starts
+    again as a fresh process does (the program benchmarks, before each run)."""
+    lib.cp_adapt_reset()
 
 
 def enable(on: bool) -> None:
@@ -105,86 +174,110 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
             continue
         if names is None:
             names = roles(1 << size_class)
-        gbps = {names[a]: 1.0 / st.ns_per_byte[a]
-                for a in (0, 1) if st.samples[a] and st.ns_per_byte[a] > 0}
-        after = {names[a]: st.use_ns_per_byte[a] * 1024 for a in (0, 1)
-                 if st.use_ns_per_byte[a] > 0}
-        out.append(Learned(size_class, ctx, names[st.arm], gbps,
-                           {names[a]: int(st.samples[a]) for a in (0, 1)},
-                           int(st.calls), int(st.explorations), int(st.switches),
-                           after, int(st.timed)))
+        gbps = {names[a]: 1.0 / st.clear_ns_per_byte[a]
+                for a in (0, 1) if st.clear_ns_per_byte[a] > 0}
+        cost = {names[a]: st.cost_ns_per_byte[a] * 1024 for a in (0, 1)
+                if st.cost_ns_per_byte[a] > 0}
+        out.append(Learned(size_class, ctx, names[st.role], int(st.learned), int(st.trigger),
+                           gbps, cost, int(st.pairs), int(st.wins), float(st.ratio),
+                           int(st.calls), int(st.timed), int(st.comparisons),
+                           int(st.switches)))
     return out
 
 
 def learned_all(th: Thresholds) -> list[Learned]:
-    """Everything learned, size class by size class, in the band."""
-    if th.adapt_min >= th.adapt_max:
-        return []
+    """Everything learned, size class by size class, in the band (none when
+    the band is empty)."""
     lo = th.adapt_min.bit_length() - 1
     hi = (th.adapt_max - 1).bit_length() - 1
     return [x for c in range(lo, hi + 1) for x in learned(c)]
 
 
-def describe(th: Thresholds, d: Any, nbytes: int, enabled: bool, forced: Any) -> str:
+def recent_max(th: Thresholds) -> int:
+    """A recent buffer below this is in the cache: ordinary stores, untimed."""
+    return reuse_bytes(th) // RECENT_MAX_DIVISOR
+
+
+#: plan()'s ``learned`` where the policy did not ask the learner, by the
+#: decision's reason code (the others, a method named, a hint, a job, are
+#: _policy.LEARNER_REASONS).
+NOT_ASKED = {
+    lib.CP_LEARNER_FORCED: "not adaptive: CLEARPAGES_METHOD forces {forced}",
+    lib.CP_LEARNER_NO_BAND: "not adaptive: {no_band}",
+    lib.CP_LEARNER_OFF: ("adaptation is off (CLEARPAGES_ADAPT=0 or set_adaptive(False)): "
+                         "the static choice above, always"),
+    lib.CP_LEARNER_OUTSIDE: "outside the adaptive band {band}: the static choice above, untimed",
+}
+
+
+def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     """plan()'s ``learned`` for a single clear: what adaptation does at nbytes
     (d: the native policy's decision, a _policy.Decision), and why."""
-    if d.adaptive:
-        t, s = d.roles
-        size_class = nbytes.bit_length() - 1
-        got = learned(size_class, d.roles)
-        head = ("in the adaptive band %s-%s: single clears are timed (a sample of them "
-                "once settled) and run %s or %s, whichever cost this program less in its "
-                "own clears of %s-%s and what it did after them"
-                % (format_size(th.adapt_min), format_size(th.adapt_max), t, s,
-                   format_size(1 << size_class), format_size(2 << size_class)))
-        if not got:
-            return head + "; nothing learned yet, so the choice above until then"
-        return head + "; " + "; ".join(x.sentence() for x in got)
-    if forced is not None:
-        return "not adaptive: CLEARPAGES_METHOD forces %s" % forced
-    if th.adapt_min >= th.adapt_max:
-        return "not adaptive: %s" % th.reason("adapt")
     band = "%s-%s" % (format_size(th.adapt_min), format_size(th.adapt_max))
-    if not enabled:
-        return "adaptation is off (CLEARPAGES_ADAPT=0 or set_adaptive(False)): " \
-               "the static choice above, always"
-    return "outside the adaptive band %s: the static choice above, untimed" % band
+    if d.adapt_why != lib.CP_LEARNER_ASKED:
+        return NOT_ASKED[d.adapt_why].format(forced=forced, no_band=th.reason("adapt"),
+                                             band=band)
+    t, s = d.roles
+    size_class = nbytes.bit_length() - 1
+    got = learned(size_class, d.roles)
+    reuse, small = reuse_bytes(th), recent_max(th)
+    head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
+            "smaller than %s gets %s untimed; any other single clear of %s-%s is timed "
+            "against the program's next clear, and %s runs only where it costs the program "
+            "decisively less than %s"
+            % (band, format_size(reuse), format_size(small), t, format_size(1 << size_class),
+               format_size(2 << size_class), s, t))
+    if not got:
+        return head + "; nothing learned yet, so %s until then" % t
+    return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)
 
 
-def describe_hot(th: Thresholds, nbytes: int) -> tuple[str, tuple[str, ...]] | None:
-    """plan(hot=True)'s ``learned`` and the evidence it cites, while adapting:
-    the learner's history of a buffer sets its hot tail (hot_max, or
-    hot_max_other for one not cleared lately).  None where both tails
-    cover nbytes alike."""
-    other, reuse = min(th.hot_max_other, th.hot_max), reuse_bytes(th)
-    if other >= min(nbytes, th.hot_max):
-        return None
-    size = format_size
-    words = ("hot=True is the program's word; the buffer's history sets how much "
-             "stays hot: " + (
-                 "the last %s as planned when it was cleared within the last %s of "
-                 "clears, else the last %s (hot_max_other: probably cold)"
-                 % (size(min(nbytes, th.hot_max)), size(reuse), size(other))
-                 if nbytes <= reuse else
-                 "the last %s (hot_max_other), as one of %s is never cleared again "
-                 "within %s of clears and probably not in the cache"
-                 % (size(other), size(nbytes), size(reuse))))
+#: plan(hot=True)'s ``learned`` where the buffer's history sets its hot
+#: tail, by whether a buffer of its size can be recent at all (the
+#: learner's answer, cp_adapt_recent with no address).
+HISTORY = {
+    True: ("hot=True is the program's word; the buffer's history sets how much stays hot: "
+           "the last {tail} as planned when it was cleared within the last {reuse} of "
+           "clears, else the last {other} (hot_max_other: probably cold)"),
+    False: ("hot=True is the program's word; the buffer's history sets how much stays hot: "
+            "the last {other} (hot_max_other), as one of {size} is never cleared again within "
+            "{reuse} of clears and probably not in the cache"),
+}
+
+
+def describe_hot(th: Thresholds, nbytes: int) -> tuple[str, tuple[str, ...]]:
+    """plan(hot=True)'s ``learned`` and the evidence it cites, where the
+    policy says the buffer's history sets its hot tail (hot_max, or
+    hot_max_other for one not cleared lately)."""
+    can_be_recent = lib.cp_adapt_recent(ffi.NULL, nbytes) == 1
+    words = HISTORY[can_be_recent].format(
+        tail=format_size(min(nbytes, th.hot_max)), reuse=format_size(reuse_bytes(th)),
+        other=format_size(min(th.hot_max_other, th.hot_max)), size=format_size(nbytes))
     return words, _evidence(th, "hot_max_other")
 
 
-def info(th: Thresholds, enabled: bool, forced: Any) -> dict[str, Any]:
-    """What ``info --json`` shows: the band, the switch, and what was learned."""
-    active = enabled and forced is None and th.adapt_min < th.adapt_max
+def info(th: Thresholds, active: bool, adapt_on: bool, forced: Any) -> dict[str, Any]:
+    """What ``info --json`` shows: the band, the switch (active and adapt_on:
+    the dispatch state's adapt_active and adapt_on), and what was learned
+    (each context's entry under "context"; "kind", its first name, is kept
+    beside it for one release)."""
+    reuse, small = reuse_bytes(th), recent_max(th)
+    learned_rows = []
+    for x in (learned_all(th) if active else []):
+        row = dataclasses.asdict(x)
+        row.update(sizes=x.sizes, context=CONTEXTS[x.context], kind=CONTEXTS[x.context],
+                   reason=x.reason(reuse, small))
+        learned_rows.append(row)
+    off = None if active else (
+        "CLEARPAGES_METHOD forces %s" % forced if forced is not None else
+        "CLEARPAGES_ADAPT=0 or set_adaptive(False)" if not adapt_on else th.reason("adapt"))
     return {
         "on": active,
         "band": [th.adapt_min, th.adapt_max],
+        "recent": [reuse, small],
         "why": th.reason("adapt"),
-        "off_because": None if active else (
-            "CLEARPAGES_METHOD forces %s" % forced if forced is not None else
-            "CLEARPAGES_ADAPT=0 or set_adaptive(False)" if not enabled else
-            th.reason("adapt")),
-        "learned": [dataclasses.asdict(x) | {"sizes": x.sizes, "kind": CONTEXTS[x.context]}
-                    for x in (learned_all(th) if active else [])],
+        "off_because": off,
+        "learned": learned_rows,
     }
 
 
@@ -200,8 +293,9 @@ def info_lines(data: dict[str, Any]) -> list[str]:
         lines.append("nothing learned yet in this process")
     for x in data["learned"]:
         speeds = ", ".join("%s %.1f GB/s" % kv for kv in x["gbps"].items())
-        lines.append("%-16s %-27s %-9s (%s; %d calls, %d explored, %d switch%s)"
-                     % (x["sizes"], x["kind"], x["method"], speeds or "not timed yet",
-                        x["calls"], x["explorations"], x["switches"],
-                        "" if x["switches"] == 1 else "es"))
+        lines.append("%-16s %-15s %-9s %s (%s; %d calls, %d timed, %d comparison%s)"
+                     % (x["sizes"], x["context"], x["method"], x["reason"],
+                        "the clear alone: " + speeds if speeds else "not timed",
+                        x["calls"], x["timed"], x["comparisons"],
+                        "" if x["comparisons"] == 1 else "s"))
     return lines

@@ -425,7 +425,7 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
         p = dataclasses.replace(p, evidence=p.evidence + tuple(
             e for e in evidence if e not in p.evidence))
     elif learned is None:
-        learned = _adapt.describe(st.thresholds, d, nbytes, st.adapt_on, st.forced)
+        learned = _adapt.describe(st.thresholds, d, nbytes, st.forced)
     return dataclasses.replace(p, learned=learned)
 
 

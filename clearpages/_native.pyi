@@ -126,9 +126,24 @@ class _Lib:
     CP_POOL_WILL_RETRY: int
     CP_ADAPT_TEMPORAL: int
     CP_ADAPT_STREAMING: int
+    CP_ADAPT_ROLE: int
+    CP_ADAPT_CONTEXT_SHIFT: int
+    CP_ADAPT_SAMPLE: int
     CP_ADAPT_UNTIMED: int
+    CP_ADAPT_CLASS_SHIFT: int
     CP_ADAPT_CLASSES: int
+    CP_ADAPT_OTHER: int
+    CP_ADAPT_RECENT: int
     CP_ADAPT_CONTEXTS: int
+    CP_LEARNED_FIRST: int
+    CP_LEARNED_CACHED: int
+    CP_LEARNED_COMPARING: int
+    CP_LEARNED_STREAMING: int
+    CP_LEARNED_TEMPORAL: int
+    CP_LEARNED_EVEN: int
+    CP_ADAPT_BY_START: int
+    CP_ADAPT_BY_CHANGE: int
+    CP_ADAPT_BY_RECHECK: int
 
     def cp_clear_libc(self, dst: _CData, len: int, /) -> None: ...
     def cp_feature_name(self, bit: int, /) -> _CData: ...
@@ -165,7 +180,6 @@ class _Lib:
     def cp_adapt_reset(self, /) -> None: ...
     def cp_adapt_enable(self, on: int, /) -> None: ...
     def cp_adapt_choose(self, n: int, addr: _CData, /) -> int: ...
-    def cp_adapt_record(self, n: int, ticket: int, elapsed_ns: int, /) -> None: ...
     def cp_adapt_record_span(self, n: int, ticket: int, start_ns: int, end_ns: int,
                              /) -> None: ...
     def cp_adapt_now_ns(self, /) -> int: ...

@@ -179,10 +179,12 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: static choice keeps the side of the program that says nothing (a pool
 #: releasing pages), while a program that uses the buffer next has the
 #: word for it (``hot=True``), and adaptive auto learns the rest: from
-#: 16 KiB it starts a buffer cleared again soon on ordinary stores (warm
-#: buffers want them at every size measured up to 16 MiB: 0.86-1.0 against
-#: 0.2-0.76) and any other on this static choice, and moves each by the
-#: program's own clears and what the program does after them.
+#: 16 KiB it gives a buffer cleared lately and smaller than a quarter of the
+#: L3 ordinary stores without a clock (warm buffers want them at every size
+#: measured up to 16 MiB: 0.86-1.0 against 0.2-0.76), starts any other on
+#: ordinary stores too (memset's choice), and streams it only where paired
+#: comparisons of the program's own clears and what it does after them
+#: say so decisively (csrc/core/adapt.h).
 NT_MIN_L2_DIVISOR = 32
 NT_MIN_RANGE = (16 * KiB, 1 * MiB)
 NT_MIN_UNKNOWN_L2 = 16 * KiB
@@ -334,10 +336,10 @@ def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
     ~35/34 both).  No threshold wins both; only the program's own clears
     tell.  Above a few times the last-level cache no buffer can still be
     cached, so streaming (or whatever the static policy says) stands.
-    Timing costs what sampling leaves of it (csrc/core/adapt.c: once
-    settled, one timed pair every 8 MiB of clears, fewer where clears are
-    short).  An unknown last-level cache
-    counts as 8 MiB.
+    Timing costs what sampling leaves of it (csrc/core/adapt.h: a recent
+    buffer below a quarter of the cache is never timed; once settled, one
+    timed pair per quarter of the cache's worth of clears, fewer where
+    clears are short).  An unknown last-level cache counts as 8 MiB.
     """
     if th.temporal == th.streaming:
         return dataclasses.replace(th, adapt_min=0, adapt_max=0, why=th.why + (

@@ -30,13 +30,7 @@ THRESHOLDS = {"nt_min", "vector_max", "long_min", "thread_min", "hot_max", "hot_
 #: Where Python compares them anyway, and why that is no rule of the policy.
 ALLOWED = {
     ("_dispatch.py", "set_adaptive"): "adapt_active, the one answer to 'is adaptation on'",
-    # The learner's own module; its sentences become reason tables on the
-    # learner's side (the codes they read are CP_LEARNER_* and CP_HOT_PART_*).
     ("_adapt.py", "configure"): "the learner's band, configured from the thresholds",
-    ("_adapt.py", "learned_all"): "the size classes of the band, to list",
-    ("_adapt.py", "describe"): "the learner's sentences (to become a reason table)",
-    ("_adapt.py", "describe_hot"): "the learner's sentences (to become a reason table)",
-    ("_adapt.py", "info"): "the learner's sentences (to become a reason table)",
 }
 
 ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)

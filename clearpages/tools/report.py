@@ -134,7 +134,7 @@ def info_data() -> dict[str, Any]:
         "forced_method": st.forced,
         "zero_scan": {"variant": st.scan, "usable": list(_scan.usable(cpu)),
                       "variants": {v: sorted(_scan.requires(v)) for v in _scan.VARIANTS}},
-        "adaptive": _adapt.info(th, st.adapt_on, st.forced),
+        "adaptive": _adapt.info(th, st.adapt_active, st.adapt_on, st.forced),
         "build": {"portable": st.built <= {"libc"}, "routines": sorted(st.built),
                   "extension": getattr(_native, "__file__", None)},
         "pool": pool_info(),

@@ -1,23 +1,40 @@
 /*
- * auto that follows the workload: in a band of sizes where the temporal
- * and the streaming routine each win in turn (a buffer still in the cache
- * against one that is not; a buffer the program reads next against one it
- * does not), the caller times its own clears and this learner chooses
- * between the two, per size class and kind of buffer, from the observed
- * cost per byte: the clear's own time and what the program spent before
- * it cleared that kind of buffer again.
+ * The learner of adaptive auto: in the band of sizes where ordinary stores
+ * and streaming stores each win in turn, it chooses between the two for a
+ * single clear, per size class and context.
+ *
+ * The context is the buffer's history, told by its address without a
+ * clock: "recent" when it was cleared within the last reuse_bytes of band
+ * clears (a last-level cache's worth), "other" when not.  A recent buffer
+ * below recent_max is in the cache, and ordinary stores keep it there for
+ * the program: that needs no clock.  Everything else is timed, because
+ * what decides it is what the program does after the clear: a buffer read
+ * next wants ordinary stores even where streaming clears it faster.
+ *
+ * Timing is by paired comparison.  A comparison runs the two roles (the
+ * temporal and the streaming routine) in pairs of blocks, the order of the two blocks drawn at random for each
+ * pair, so that drift and the program's noisy work land on both alike;
+ * a call's cost is the time from its start to the start of the next clear
+ * of its context (the clear and what the program did after it).  The
+ * streaming role is chosen only on decisive evidence (it costs less in
+ * nearly every pair, and by more than a margin at the median); anything
+ * else gives the temporal role, which is what memset does and so cannot lose
+ * much against it.  Once settled, a timed pair of calls now and then
+ * watches the role's cost, and a change of it (the program changed) starts
+ * a comparison again; so does a recheck, after a gap that doubles.
  *
  * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
- * arm it names (ticket & 1).  Unless the ticket has CP_ADAPT_UNTIMED, it
- * reads cp_adapt_now_ns() before and after the clear and hands both to
- * cp_adapt_record_span(n, ticket, start, end).  A negative ticket means
- * "not mine": run the static choice and record nothing.  Outside the band
- * that is one comparison and no lock; inside it, once an arm is settled,
- * most calls are untimed and take no lock either; the others a try-lock,
- * never a wait: a call that finds the learner busy gets the static choice.
+ * role it names (ticket & CP_ADAPT_ROLE).  Unless the ticket has
+ * CP_ADAPT_UNTIMED, it reads cp_adapt_now_ns() before and after the clear
+ * and hands both to cp_adapt_record_span(n, ticket, start, end).  A
+ * negative ticket means "not mine": run the static choice, record nothing.
+ * Outside the band that is one comparison and no lock; the recent buffers
+ * below recent_max and a settled context's untimed calls take no lock
+ * either; the timed calls a try-lock, never a wait: a call that finds the
+ * learner busy gets the static choice.
  *
- * The learning is a pure function of the (n, addr, times) sequence, so
- * tests drive choose/record with synthetic times.
+ * The learning is a pure function of the (n, addr, times) sequence and
+ * the seed, so tests drive choose/record_span with synthetic times.
  */
 #ifndef CLEARPAGES_ADAPT_H
 #define CLEARPAGES_ADAPT_H
@@ -28,45 +45,66 @@
 /* BEGIN CDEF */
 
 enum {
-    CP_ADAPT_TEMPORAL = 0,      /* ticket & 1: ordinary stores */
-    CP_ADAPT_STREAMING = 1,     /* ticket & 1: non-temporal stores */
-    CP_ADAPT_UNTIMED = 32,      /* ticket & this: run the arm; no clock, no record */
+    /* The roles: what ticket & CP_ADAPT_ROLE names. */
+    CP_ADAPT_TEMPORAL = 0,      /* ordinary stores */
+    CP_ADAPT_STREAMING = 1,     /* non-temporal stores */
+    /* A ticket's fields. */
+    CP_ADAPT_ROLE = 1,          /* ticket & this: the role */
+    CP_ADAPT_CONTEXT_SHIFT = 1, /* ticket >> this & 1: the context */
+    CP_ADAPT_SAMPLE = 4,        /* ticket & this: the time from this call to the next
+                                   clear of its context is a sample of its role */
+    CP_ADAPT_UNTIMED = 32,      /* ticket & this: run the role; no clock, no record */
+    CP_ADAPT_CLASS_SHIFT = 8,   /* ticket >> this: the size class */
     CP_ADAPT_CLASSES = 64,      /* size class: floor(log2(n)) */
-    CP_ADAPT_CONTEXTS = 2       /* 0: other buffers, 1: cleared again soon */
+    /* The contexts, as cp_adapt_stat takes them. */
+    CP_ADAPT_OTHER = 0,         /* not cleared within the last reuse_bytes of clears */
+    CP_ADAPT_RECENT = 1,        /* cleared within them */
+    CP_ADAPT_CONTEXTS = 2,
+    /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
+     * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
+    CP_LEARNED_FIRST = 1,       /* nothing compared yet: the temporal role */
+    CP_LEARNED_CACHED = 2,      /* recent and below recent_max: in the cache, untimed */
+    CP_LEARNED_COMPARING = 3,   /* a comparison is under way */
+    CP_LEARNED_STREAMING = 4,   /* streaming cost less, decisively, beyond the margin */
+    CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less */
+    CP_LEARNED_EVEN = 6,        /* no decisive difference: the temporal role */
+    /* What started a context's latest comparison (cp_adapt_stat's trigger). */
+    CP_ADAPT_BY_START = 0,      /* the context's first calls */
+    CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
+    CP_ADAPT_BY_RECHECK = 2     /* the recheck gap ran out */
 };
 
 struct cp_adapt_params {
     size_t lo, hi;              /* the band: lo <= n < hi adapts; lo >= hi: off */
-    size_t nt_min;              /* the static choice: streaming from nt_min */
-    size_t reuse_bytes;         /* a buffer cleared again within this many bytes
-                                   of band clears is "recent" (0: one context) */
-    uint32_t explore_min;       /* calls between explorations at first */
-    uint32_t explore_max;       /* the longest gap the doubling reaches */
-    uint32_t budget_ppm;        /* expected cost of exploring, parts per million */
-    uint32_t hysteresis_ppm;    /* the other arm must be this much faster */
-    uint32_t recency_shift;     /* each sample weighs 1/2**shift */
-    uint32_t stale_calls;       /* an arm unseen this long is re-measured, not averaged */
-    uint32_t explore_burst;     /* calls per exploration, the last one timed (>= 2) */
-    size_t sample_bytes;        /* once settled, one call in max(1, sample_bytes / n)
-                                   is timed (with the call after it), more
-                                   where clears are short; 0: every call */
-    uint32_t use_factor;        /* the program's time between two clears of a kind
-                                   counts up to this many times the clear's own */
+    size_t reuse_bytes;         /* a buffer cleared again within this many bytes of
+                                   band clears is recent (0: none is) */
+    size_t recent_max;          /* a recent buffer below this (rounded down to a power
+                                   of two) takes the temporal role untimed (0: none) */
+    size_t decide_bytes;        /* a comparison ends undecided after max(32 calls,
+                                   this many bytes of its clears) */
+    size_t sample_bytes;        /* settled: one timed pair of calls per this many
+                                   bytes of the context's clears (0: every call) */
+    size_t recheck_bytes;       /* settled: compared again after this many bytes of
+                                   its clears, the gap doubling while it holds (0: never) */
+    uint32_t margin_ppm;        /* streaming must cost this much less at the median */
+    uint32_t seed;              /* of the draws that order each pair */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
 struct cp_adapt_stat {
-    int arm;                    /* the arm exploited now */
-    double ns_per_byte[2];      /* recency-weighted estimate per arm; 0: none */
-    double transition_ns_per_byte[2];   /* first call after the other arm; 0: none */
-    uint64_t samples[2];
-    double use_ns_per_byte[2];  /* the program's time after a clear of the arm,
-                                   until the next clear of this kind; 0: none */
-    uint64_t calls, explorations, switches;
-    uint64_t timed;             /* calls timed (the others ran untimed, settled) */
-    uint32_t gap;               /* calls between explorations now */
-    uint32_t period;            /* settled: one timed sample every `period` calls */
-    uint32_t confirmed;         /* explorations in a row that kept the arm */
+    int role;                   /* the role settled on (while comparing: the one before) */
+    int learned;                /* CP_LEARNED_*: why that role */
+    int trigger;                /* CP_ADAPT_BY_*: what started the latest comparison */
+    double clear_ns_per_byte[2];    /* the clear alone, median of the latest; 0: none */
+    double cost_ns_per_byte[2];     /* the clear and the program's time until the next
+                                       clear of the context, median over the latest
+                                       comparison's pairs; 0: none */
+    uint32_t pairs;             /* pairs counted in the latest (or current) comparison */
+    uint32_t wins;              /* of them, those streaming cost less in */
+    uint32_t dropped;           /* pairs set aside as disturbed (a preemption) */
+    double ratio;               /* their median streaming / temporal cost; 0: none */
+    uint64_t calls, timed, comparisons, switches;
+    uint32_t period;            /* settled: a timed pair every `period` calls */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
@@ -81,15 +119,12 @@ void cp_adapt_reset(void);
 void cp_adapt_enable(int on);
 
 /* Ticket for clearing n bytes at addr: < 0 outside the band, when off, or
- * when busy (run the static choice, record nothing); else ticket & 1 is the
- * arm (CP_ADAPT_TEMPORAL or CP_ADAPT_STREAMING). */
+ * when busy (run the static choice, record nothing); else its fields say
+ * the role and whether to time the call. */
 int cp_adapt_choose(size_t n, const void *addr);
 /* The clear of n bytes with that ticket ran from start_ns to end_ns
- * (cp_adapt_now_ns readings): its time, and where it closes one, the time
- * the program spent since the last clear of its size class and kind. */
+ * (cp_adapt_now_ns readings). */
 void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns);
-/* The same with the clear's time alone (no time between clears is learned). */
-void cp_adapt_record(size_t n, int ticket, uint64_t elapsed_ns);
 /* 1 when addr was cleared within the last reuse_bytes of clears the
  * learner saw (as the context of cp_adapt_choose), 0 when not, -1 when
  * adaptation is off; this clear of n bytes is remembered either way.  For
@@ -107,16 +142,16 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
 /* END CDEF */
 
 /*
- * The settled path, inline where the calls are made.  Once the context of
- * the buffer cleared last is settled, the learner hands its next untimed
- * calls to this word: calls that clear the same n bytes at the same address
- * again, back to back, take the arm it holds with two compares, a load, a
- * decrement and a branch: no hash, no lock, no call.  Any other band call
- * goes through cp_adapt_choose, which first puts the untimed calls run so
- * far into the learner's books (the address table and the context's call
- * count, as if each had been looked up) and takes the word back.  Read and
- * written with relaxed atomics, without the lock; the calls that reach it
- * hold the GIL.
+ * The untimed path, inline where the calls are made.  The learner hands
+ * its next untimed calls to this word when they clear the buffer just
+ * cleared, again, back to back (a recent buffer below recent_max, or a
+ * settled context between its samples): those take the role it holds with
+ * two compares, a load, a decrement and a branch: no hash, no lock, no
+ * call.  Any other band call goes through cp_adapt_choose, which first
+ * puts the calls run so far into the learner's books (the address table
+ * and the context's call count, as if each had been looked up) and takes
+ * the word back.  Read and written with relaxed atomics, without the lock;
+ * the calls that reach it hold the GIL.
  */
 struct cp_adapt_fast {
     uintptr_t addr;             /* the buffer's address; 0: no calls handed out */
@@ -127,7 +162,7 @@ struct cp_adapt_fast {
 };
 
 /* The learner's word (adapt.c); the binding reaches it through the API table. */
-extern struct cp_adapt_fast cp_adapt_fast_word;
+extern struct cp_adapt_fast cp_adapt_fast_slot;
 
 /* A ticket from the word, or -1: ask cp_adapt_choose.  Only for n in the
  * band (the caller has checked). */

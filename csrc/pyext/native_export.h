@@ -14,7 +14,7 @@ static const struct cp_api cp_api_table = {
 #define CP_API_ENTRY(name) .name = cp_##name,
     CP_API_FUNCTIONS(CP_API_ENTRY)
 #undef CP_API_ENTRY
-    .adapt_fast = &cp_adapt_fast_word,
+    .adapt_fast = &cp_adapt_fast_slot,
 };
 
 /* cffi's module initialization, then the capsule: the module is what
