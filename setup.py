@@ -26,4 +26,11 @@ setup(
     cffi_modules=["clearpages/_ffi_build.py:ffi"],
     ext_modules=[_build["fast_extension"]()],
     cmdclass={"build_ext": BuildExtWithAsm},
+    # pip install -e: a link tree of the package (build/__editable__.*) on a
+    # plain path entry, not setuptools' default import hook, which type
+    # checkers cannot follow (mypy saw no clearpages at all, every type Any).
+    # The link tree exposes clearpages alone, not the checkout's tests/ or
+    # setup.py; a new module needs the install run again.
+    # --config-settings editable_mode=compat overrides it.
+    options={"editable_wheel": {"mode": "strict"}},
 )

@@ -135,3 +135,30 @@ def test_wheel_build_prints_no_deprecation_warning(tmp_path):
         names = set(whl.namelist())
     assert {"clearpages/__main__.py", "clearpages/tools/__init__.py",
             "clearpages/tools/cli.py", "clearpages/tools/measure.py"} <= names
+
+
+@pytest.mark.build
+def test_editable_install_is_a_path_type_checkers_follow(tmp_path):
+    """pip install -e: the wheel's .pth holds a directory, not an import
+    hook (mypy reads path entries and runs no hooks), and that directory
+    holds the package with its typing files."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        "build", "dist", "*.so", "__pycache__", ".git", "*.egg-info", "_native.c"))
+    done = subprocess.run(
+        [sys.executable, "-c", "import setuptools.build_meta as b, sys; "
+         "print(b.build_editable(sys.argv[1]))", str(tmp_path / "dist")],
+        cwd=src, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wheel = tmp_path / "dist" / done.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as z:
+        pth = [n for n in z.namelist() if n.endswith(".pth")]
+        assert pth, z.namelist()
+        lines = [ln for n in pth for ln in z.read(n).decode().splitlines() if ln.strip()]
+    assert lines and not [ln for ln in lines if ln.startswith("import")], lines
+    pkg = [Path(ln) / "clearpages" for ln in lines if (Path(ln) / "clearpages").is_dir()]
+    assert len(pkg) == 1, lines
+    for name in ("__init__.py", "py.typed", "_fast.pyi", "_native.pyi", "tools/cli.py"):
+        assert (pkg[0] / name).is_file(), name
+    # Nothing of the checkout but the package is put on the path.
+    assert not [p for p in pkg[0].parent.iterdir() if p.name not in ("clearpages",)]
