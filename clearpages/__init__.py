@@ -7,8 +7,6 @@
 False
 """
 
-from __future__ import annotations
-
 # First: the native entry refuses a subinterpreter before anything else loads.
 from . import _fast  # noqa: F401
 from ._config import ConfigError

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
         """Zero many buffers (and tensors in CPU memory, through DLPack) in
         one native call."""
 
-    def clear_pages(buf: Any, pages: Any, *, page_size: int | str | None = None,
+    def clear_pages(buf: Any, pages: Any, page_size: int | str | None = None, *,
                     method: Method = "auto", threads: Threads = 1) -> None:
         """Zero the listed pages of one buffer (page_size: 4096, or a
         Region's own; method="discard" hands a Region's pages back)."""
@@ -95,7 +95,7 @@ def _refuse(buf: Any, err: str) -> Any:
         ) from None
     with mv:
         if mv.readonly:
-            raise TypeError("the %s is read-only; clearpages only clears writable "
+            raise TypeError("the %s object is read-only; clearpages only clears writable "
                             "buffers and left it unchanged" % type(buf).__name__)
         if not mv.c_contiguous:
             # Fortran-ordered arrays too: a writable buffer is asked in C order.
@@ -150,16 +150,30 @@ def _check_method(method: Any, region_ok: bool = False) -> str:
             return "discard"
         raise ValueError("method 'discard' (madvise the pages away) applies only "
                          "to a clearpages.Region")
-    raise ValueError("unknown method %r; use 'auto' or one of: %s%s"
-                     % (method, ", ".join(ALL_METHODS),
-                        " (or 'discard' for a Region)" if region_ok else ""))
+    accepted = "'auto' or one of: %s%s" % (", ".join(ALL_METHODS),
+                                           " (or 'discard' for a Region)" if region_ok else "")
+    if not isinstance(method, str):
+        raise TypeError("method must be a str, %s, not %s" % (accepted, _kind(method)))
+    raise ValueError("unknown method %r; use %s" % (method, accepted))
+
+
+def _kind(value: Any) -> str:
+    """An argument of the wrong type, in a message: its value and its type."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return "%s (type %s)" % (text, type(value).__name__)
 
 
 def _check_threads(threads: Any) -> Threads:
     if threads == "auto" and isinstance(threads, str):
         return "auto"
-    if isinstance(threads, bool) or not isinstance(threads, int) \
-            or not 1 <= threads <= _fast.MAX_THREADS:
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError("threads must be 'auto' or an int from 1 to %d, not %s"
+                        % (_fast.MAX_THREADS, _kind(threads)))
+    if not 1 <= threads <= _fast.MAX_THREADS:
         raise ValueError("threads must be 'auto' or an int from 1 to %d, not %r"
                          % (_fast.MAX_THREADS, threads))
     return int(threads)
@@ -170,7 +184,13 @@ def _check_runnable(method: str) -> None:
         _dispatch.state().check("method=%r" % method, method)
 
 
-def _check_hot(hot: Any, n: int) -> tuple[int, int] | bool:
+_HOT_STRIDED = "hot= needs a contiguous buffer; this one is strided"
+
+
+def _check_hot(hot: Any, n: int, strided: bool = False) -> tuple[int, int] | bool:
+    """hot= for a buffer of n bytes: True, False, or (start, stop) as two
+    exact ints; a range needs a contiguous buffer (strided: it is not).
+    The native entry asks this for a tensor's hot= it does not take."""
     if hot is True or hot is False:
         return hot
     try:
@@ -178,11 +198,18 @@ def _check_hot(hot: Any, n: int) -> tuple[int, int] | bool:
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
     except (TypeError, ValueError):
         ok = False
-    if not ok or not 0 <= start <= stop <= n:
-        raise ValueError("hot must be True (all of it is used next), False (not soon), "
-                         "or a (start, stop) pair of ints with 0 <= start <= stop <= %d "
-                         "(the buffer's size), not %r" % (n, hot))
+    if not ok or isinstance(hot, (str, bytes)):
+        raise TypeError(_hot_accepted(n) + _kind(hot))
+    if strided:
+        raise ValueError(_HOT_STRIDED)
+    if not 0 <= start <= stop <= n:
+        raise ValueError(_hot_accepted(n) + repr(hot))
     return int(start), int(stop)
+
+
+def _hot_accepted(n: int) -> str:
+    return ("hot must be True (all of it is used next), False (not soon), or a (start, stop) "
+            "pair of ints with 0 <= start <= stop <= %d (the buffer's size), not " % n)
 
 
 def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | None) -> None:
@@ -202,9 +229,11 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
         _fast.clear_exact(buf, method=method, threads=threads, hot=hot)
         return
     if err is not None:
-        addrs, lens, _ = _refuse(buf, err)      # raises unless strided numpy
+        addrs, lens, nbytes = _refuse(buf, err)      # raises unless strided numpy
         if hot is not None:
-            raise ValueError("hot= needs a contiguous buffer; this one is strided")
+            # Strided arrays are cleared run by run, with no hot range or word.
+            _check_hot(hot, nbytes, strided=True)
+            raise ValueError(_HOT_STRIDED)
         _check_runnable(method)
         _fast.clear_runs(addrs, lens, method=method, threads=threads)
         return
@@ -354,18 +383,20 @@ def _page_indices(pages: Any) -> Any:
                         % e) from None
 
 
+def _check_page_size(page_size: Any) -> int:
+    return _units.parse_size(page_size, "page_size", minimum=1)
+
+
 def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: Any,
                     err: str | None) -> None:
-    """clear_pages() of what the native entry declined (page_size None:
-    not given, the Region's page size for a Region, else 4096)."""
+    """clear_pages() of what the native entry declined (page_size as given,
+    or when not given the page size it stands for)."""
     method = _check_method(method, region_ok=True)
     threads = _check_threads(threads)
     if method == "discard":
         _discarder(buf, "_clearpages_discard_pages", threads)(pages, page_size)
         return
-    if page_size is None:
-        page_size = getattr(buf, "_clearpages_page_size", 4096)
-    page_size = _units.parse_size(page_size, "page_size", minimum=1)
+    page_size = _check_page_size(page_size)
     if err is not None:
         _refuse(buf, err)
         raise ValueError("clear_pages needs a contiguous buffer; this one is strided")
@@ -375,8 +406,18 @@ def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: 
                             threads=threads)
 
 
+def _declined_scan(name: str, buf: Any, page_size: Any, threads: Any) -> Any:
+    """is_zero() or nonzero_pages() whose threads= or page_size= the native
+    entry declined (page_size as given, or the page size it stands for)."""
+    threads = _check_threads(threads)
+    if name == "is_zero":
+        return _fast.is_zero(buf, threads=threads)
+    return _fast.nonzero_pages(buf, _check_page_size(page_size), threads=threads)
+
+
 _fast.set_hooks(init=_dispatch.init_native, clear=_declined_clear, many=_declined_many,
-                pages=_declined_pages, page_index_error=PageIndexError)
+                pages=_declined_pages, scan=_declined_scan, hot=_check_hot,
+                page_index_error=PageIndexError)
 
 
 # ---- what the state says ----------------------------------------------------
@@ -405,7 +446,9 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
     policy that every call follows answers; this adds the reasons, and what
     adaptive auto has learned."""
     nbytes = _units.parse_size(nbytes, "nbytes")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError("count must be an int >= 1, not %s" % _kind(count))
+    if count < 1:
         raise ValueError("count must be an int >= 1, not %r" % (count,))
     threads = _check_threads(threads)
     if hot is not None:

@@ -25,8 +25,9 @@ import errno
 import operator
 import os
 import time
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from ._errors import HugePagesUnavailable
 from ._fast import RegionMemory
@@ -109,8 +110,9 @@ def _protect_flags(lock: Any, dump: Any, fork: Any) -> int:
         if not isinstance(v, bool):
             raise TypeError("%s takes True or False, not %r" % (name, v))
     if not isinstance(fork, str) or fork not in FORK:
-        raise ValueError("fork must be 'keep' (a child gets a copy), 'wipe' (a child reads "
-                         "zeros) or 'drop' (nothing mapped in a child), not %r" % (fork,))
+        raise (ValueError if isinstance(fork, str) else TypeError)(
+            "fork must be 'keep' (a child gets a copy), 'wipe' (a child reads zeros) or "
+            "'drop' (nothing mapped in a child), not %r" % (fork,))
     return ((lib.CP_PROTECT_LOCK if lock else 0) | (0 if dump else lib.CP_PROTECT_NODUMP)
             | FORK[fork])
 
@@ -164,6 +166,25 @@ class Backing:
     def huge(self) -> int:
         """Bytes backed by huge pages of either kind."""
         return self.anon_huge_pages + self.hugetlb
+
+    def __call__(self) -> Backing:
+        # Region.backing was a method: r.backing() still gives the same.
+        _was_a_method("backing")
+        return self
+
+
+class _Bytes(int):
+    """A count of bytes that a call gives back as it is: Region.huge_pages
+    was a method, and r.huge_pages() still works."""
+
+    def __call__(self) -> int:
+        _was_a_method("huge_pages")
+        return int(self)
+
+
+def _was_a_method(name: str) -> None:
+    warnings.warn("Region.%s is a property, like size and page_size: drop the ()" % name,
+                  DeprecationWarning, stacklevel=3)
 
 
 def _hugetlb_error(size: int, page_bytes: int, err: int,
@@ -262,10 +283,13 @@ class Region(RegionMemory):
             n = _parse_size(page_size, "page_size")
         except ValueError:
             n = -1
+        except TypeError:
+            n = -2
         if n in _NAME_OF_BYTES:
             return _NAME_OF_BYTES[n]
-        raise ValueError("page_size must be '4k', '2m', '1g' or 'auto' (any spelling of "
-                         "4 KiB, 2 MiB or 1 GiB: 4096, '2M', '1GiB'), not %r" % (page_size,))
+        raise (TypeError if n == -2 else ValueError)(
+            "page_size must be '4k', '2m', '1g' or 'auto' (any spelling of 4 KiB, 2 MiB or "
+            "1 GiB: 4096, '2M', '1GiB'), not %r" % (page_size,))
 
     @staticmethod
     def _auto(size: int) -> str:
@@ -311,17 +335,17 @@ class Region(RegionMemory):
         return self._size
 
     def __len__(self) -> int:
+        self._check_open()
         return self._size
+
+    def __bool__(self) -> bool:
+        # Not len(): a closed Region is false, as it was, rather than an error.
+        return not self.closed
 
     @property
     def page_size(self) -> int:
         """Bytes per page asked for: 4096, 2 MiB or 1 GiB.  For "2m" the
-        kernel may still use base pages somewhere: see backing()."""
-        return self._page
-
-    @property
-    def _clearpages_page_size(self) -> int:
-        """What clear_pages counts in when given no page_size."""
+        kernel may still use base pages somewhere: see backing."""
         return self._page
 
     @property
@@ -359,11 +383,30 @@ class Region(RegionMemory):
 
     # ---- buffers ------------------------------------------------------
 
-    def view(self) -> memoryview:
+    @overload
+    def view(self) -> memoryview: ...
+    @overload
+    def view(self, dtype: Any) -> Any: ...
+
+    def view(self, dtype: Any = None) -> Any:
         """A writable, flat memoryview of unsigned bytes over the region
-        (the same as ``memoryview(region)``)."""
+        (the same as ``memoryview(region)``); with a dtype, a writable numpy
+        array of it over the whole region (``numpy.frombuffer(region,
+        dtype)``; without numpy, a format string such as "f" gives
+        ``memoryview(region).cast("f")``).  Either is a view: while it
+        lives, close, resize and move raise BufferError."""
         self._check_open()
-        return memoryview(self)
+        if dtype is None:
+            return memoryview(self)
+        try:
+            import numpy
+        except ImportError:
+            if isinstance(dtype, str):
+                # Any struct format: typeshed lists the literal ones only.
+                return memoryview(self).cast(dtype)  # type: ignore[call-overload]
+            raise TypeError("Region.view(%r) needs numpy; without it, pass a struct "
+                            "format such as 'f' or 'q'" % (dtype,)) from None
+        return numpy.frombuffer(self, dtype=dtype)
 
     def _clearpages_discard(self) -> None:
         self.discard()
@@ -419,8 +462,9 @@ class Region(RegionMemory):
         size, page = self._size, self._page
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
         if not ok or not 0 <= start <= stop <= size:
-            raise ValueError("discard takes 0 <= start <= stop <= %d (the region's size) "
-                             "in ints, not (%r, %r)" % (size, start, stop))
+            raise (ValueError if ok else TypeError)(
+                "discard takes 0 <= start <= stop <= %d (the region's size) in ints, "
+                "not (%r, %r)" % (size, start, stop))
         for name, v in (("start", start), ("stop", stop)):
             if v % page and v != size:
                 raise ValueError(
@@ -534,9 +578,10 @@ class Region(RegionMemory):
             "spread_gbps": spread / 1e9, "speedup": spread / one, "probe": probe}
         return chosen, 2 * probe
 
+    @property
     def backing(self) -> Backing:
         """What the kernel gave, summed over the region's mappings in
-        /proc/self/smaps."""
+        /proc/self/smaps (read anew at each look)."""
         self._check_open()
         start, end = self._address, self._address + self._size
         fields = {"Rss": 0, "AnonHugePages": 0, "Private_Hugetlb": 0,
@@ -569,9 +614,10 @@ class Region(RegionMemory):
                        thp_eligible=eligible and mappings > 0, mappings=mappings,
                        vm_flags=flags or frozenset())
 
-    def huge_pages(self) -> int:
+    @property
+    def huge_pages(self) -> _Bytes:
         """Bytes of the region the kernel backs with huge pages right now."""
-        return self.backing().huge
+        return _Bytes(self.backing.huge)
 
     # ---- moving -------------------------------------------------------
 
@@ -617,9 +663,10 @@ class Region(RegionMemory):
         modulo 2 MiB as the name says.  For tests and
         benchmarks of page-table moves.  A region keeps its page alignment:
         a "2m" region moves only to "pmd" or "pud", a "1g" one to "pud"."""
-        if alignment not in ALIGNMENTS:
-            raise ValueError("alignment must be one of %s, not %r"
-                             % (", ".join(map(repr, ALIGNMENTS)), alignment))
+        if not isinstance(alignment, str) or alignment not in ALIGNMENTS:
+            raise (ValueError if isinstance(alignment, str) else TypeError)(
+                "alignment must be one of %s, not %r"
+                % (", ".join(map(repr, ALIGNMENTS)), alignment))
         residue = ALIGNMENTS[alignment]
         if alignment == "pte" and self._address % (2 * MiB) == residue:
             # Congruent addresses share their PMD boundaries, and the kernel
@@ -642,7 +689,7 @@ class Region(RegionMemory):
         try:
             dst = operator.index(address)
         except TypeError:
-            raise ValueError("address must be an int, not %r" % (address,)) from None
+            raise TypeError("address must be an int, not %r" % (address,)) from None
         self._check_open()
         if dst <= 0 or dst % self._page:
             raise ValueError("address %#x is not a multiple of the page size (%s)"

@@ -5,12 +5,15 @@ from __future__ import annotations
 import operator
 import re
 
+from ._fast import MAX_SIZE as _MAX_SIZE
+
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 
-#: Sizes larger than this are typing mistakes, not memory (2**56 bytes).
-MAX_SIZE = 1 << 56
+#: Sizes larger than this are typing mistakes, not memory (2**56 bytes): the
+#: native entries' bound, which take sizes and page sizes up to it as given.
+MAX_SIZE: int = _MAX_SIZE
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
@@ -34,8 +37,9 @@ def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
     Region.resize, clear_pages' page_size), the command line and the
     environment all take the same spellings and give the same message.
     Units are binary (K = 1024) and case does not matter; a trailing 'B'
-    or 'iB' is allowed.  Anything else, bools and floats included, is a
-    ValueError that names `what` and shows the spellings."""
+    or 'iB' is allowed.  Another type (a float, bytes, None, a bool) is a
+    TypeError, text that is no size or a size out of range a ValueError;
+    both name `what` and show the spellings."""
     if isinstance(value, int) and not isinstance(value, bool):
         n = int(value)
     elif isinstance(value, str):
@@ -44,21 +48,24 @@ def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
         if n < 0:
             raise ValueError(_spellings(what, value))
     else:
+        if isinstance(value, bool):
+            raise TypeError(_spellings(what, value))
         try:
             n = operator.index(value)  # type: ignore[arg-type]  # numpy integers
         except TypeError:
-            raise ValueError(_spellings(what, value)) from None
-        if isinstance(value, bool):
-            raise ValueError(_spellings(what, value))
+            raise TypeError(_spellings(what, value)) from None
     if n > MAX_SIZE:
-        raise ValueError("%s %r is larger than any memory (at most 2**56 bytes)"
-                         % (what, value))
+        raise ValueError("%s %r is larger than any memory (at most 2**%d bytes)"
+                         % (what, value, MAX_SIZE.bit_length() - 1))
     if n < minimum:
         raise ValueError("%s must be at least %s, not %r"
-                         % (what, "1 byte" if minimum == 1 else format_size(minimum), value))
+                         % (what, {0: "0", 1: "1 byte"}.get(minimum, format_size(minimum)),
+                            value))
     return n
 
 
 def _spellings(what: str, value: object) -> str:
+    shown = repr(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
+        else "%r (type %s)" % (value, type(value).__name__) if value is not None else "None"
     return ("%s must be a byte count such as 4096, 64K, 64M or 1G (an int or a string), "
-            "not %r" % (what, value))
+            "not %s" % (what, shown))

@@ -300,7 +300,7 @@ def test_clear_many_refuses_a_tensor_with_its_index_and_writes_nothing():
     with pytest.raises(TypeError, match=r"clear_many: buffer 2: .*read-only"):
         cp.clear_many([first, OnlyDLPack(a), OnlyDLPack(_read_only(a))])
     assert first == bytearray(b"\x05" * 64) and a.all()
-    with pytest.raises(TypeError, match="buffer 1: the bytes is read-only"):
+    with pytest.raises(TypeError, match="buffer 1: the bytes object is read-only"):
         cp.clear_many([OnlyDLPack(a), bytes(8)])
     assert a.all()
 

@@ -452,7 +452,7 @@ def test_populate_fallback_touches_every_base_page(inject):
         inject(lib.CP_INJECT_POPULATE, 1, errno.EINVAL)
         assert lib.cp_region_populate(r.address, r.size, 2 * MiB, lib.CP_REGION_THP) == 0
         assert lib.cp_inject_fired(lib.CP_INJECT_POPULATE) == 1
-        assert r.backing().rss == 8 * MiB
+        assert r.backing.rss == 8 * MiB
 
 
 # ---- units sized by time, memory not yet faulted in by the chunk -------------

@@ -7,6 +7,7 @@ import errno
 import gc
 import os
 import pickle
+import sys
 import threading
 
 import pytest
@@ -80,15 +81,27 @@ def test_page_size_in_bytes_is_accepted():
         assert r.page_size_name == "4k" and r.size == 8192
 
 
-@pytest.mark.parametrize("size", [0, -1, -4096, 1 << 60, 2 ** 200, 1.5, "lots", "-4K", None, True])
+@pytest.mark.parametrize("size", [0, -1, -4096, 1 << 60, 2 ** 200, "lots", "-4K"])
 def test_bad_sizes_are_value_errors(size):
     with pytest.raises(ValueError, match="size"):
         cp.Region(size)
 
 
-@pytest.mark.parametrize("page_size", ["3m", "huge", 8192, 0, None, True, "1G2"])
+@pytest.mark.parametrize("size", [1.5, 64.0, b"4096", None, True])
+def test_sizes_of_another_type_are_type_errors(size):
+    with pytest.raises(TypeError, match="size must be a byte count"):
+        cp.Region(size)
+
+
+@pytest.mark.parametrize("page_size", ["3m", "huge", 8192, 0, "1G2"])
 def test_unknown_page_sizes_are_value_errors(page_size):
     with pytest.raises(ValueError, match="page_size"):
+        cp.Region(4096, page_size=page_size)
+
+
+@pytest.mark.parametrize("page_size", [None, True, 2.0, b"4k"])
+def test_page_sizes_of_another_type_are_type_errors(page_size):
+    with pytest.raises(TypeError, match="page_size must be '4k', '2m', '1g' or 'auto'"):
         cp.Region(4096, page_size=page_size)
 
 
@@ -313,8 +326,9 @@ def test_closed_region_refuses_everything_but_close():
     r.close()
     r.close()           # twice is fine
     for call in (r.view, lambda: r.address, lambda: r.resize(8192),
-                 lambda: r.move("pmd"), r.populate, r.backing,
-                 lambda: cp.clear(r), lambda: cp.clear_many([r]),
+                 lambda: r.move("pmd"), r.populate, lambda: r.backing,
+                 lambda: r.huge_pages, lambda: len(r), lambda: cp.clear(r),
+                 lambda: cp.clear_many([r]), lambda: cp.is_zero(r),
                  lambda: r.clear(method="discard")):
         with pytest.raises(ValueError, match="closed"):
             call()
@@ -387,9 +401,9 @@ def test_region_clear_with_every_method(method):
 def test_discard_hands_the_pages_back_and_they_read_zero():
     with cp.Region(4 * MiB, populate=True) as r:
         r.view()[:] = b"\x77" * r.size
-        assert r.backing().rss == r.size
+        assert r.backing.rss == r.size
         r.clear(method="discard")
-        assert r.backing().rss == 0
+        assert r.backing.rss == 0
         assert not any(r.view())
 
 
@@ -400,12 +414,12 @@ def test_discard_is_only_for_regions():
 
 def test_populate_faults_every_page_and_keeps_contents():
     with cp.Region(8 * MiB, populate=True) as r:
-        assert r.backing().rss == r.size
+        assert r.backing.rss == r.size
     with cp.Region(8 * MiB) as r:
-        assert r.backing().rss == 0
+        assert r.backing.rss == 0
         r.view()[12345] = 42
         r.populate()
-        assert r.backing().rss == r.size and r.view()[12345] == 42
+        assert r.backing.rss == r.size and r.view()[12345] == 42
 
 
 # ---- transparent huge pages ----------------------------------------------
@@ -415,18 +429,18 @@ def test_populate_faults_every_page_and_keeps_contents():
                     reason="transparent huge pages are disabled (%s)" % _system.THP_ENABLED)
 def test_2m_region_is_backed_by_transparent_huge_pages():
     with cp.Region(16 * MiB, page_size="2m", populate=True) as r:
-        b = r.backing()
+        b = r.backing
         assert b.thp_eligible
         # The kernel may fall back to base pages for some of it when memory
         # is fragmented, but not for all of it.
-        assert b.anon_huge_pages > 0 and r.huge_pages() == b.anon_huge_pages
+        assert b.anon_huge_pages > 0 and r.huge_pages == b.anon_huge_pages
 
 
 def test_4k_region_is_not_advised_huge():
     if thp_mode() == "always":
         pytest.skip("THP 'always' backs any region with huge pages")
     with cp.Region(16 * MiB, populate=True) as r:
-        assert r.backing().anon_huge_pages == 0
+        assert r.backing.anon_huge_pages == 0
 
 
 def test_auto_picks_by_size():
@@ -486,7 +500,7 @@ def pages_permitting():
 def test_1g_region_is_hugetlb_backed(gigantic_pages):
     with pages_permitting(), cp.Region(GiB, page_size="1g", populate=True) as r:
         assert r.address % GiB == 0 and r.page_size == GiB
-        b = r.backing()
+        b = r.backing
         assert b.hugetlb == GiB and b.kernel_page_size == GiB
         r.view()[-1] = 1
         cp.clear(r)
@@ -508,7 +522,7 @@ def test_1g_discard_zeroes_without_giving_pages_up(gigantic_pages):
         r.view()[:4096] = b"\x11" * 4096
         r.clear(method="discard")
         assert not any(r.view()[:4096])
-        assert r.backing().hugetlb == GiB
+        assert r.backing.hugetlb == GiB
 
 
 def test_1g_resize_grows_in_whole_pages_and_keeps_contents(gigantic_pages):
@@ -747,3 +761,48 @@ def test_a_1g_region_reads_as_closed_in_a_forked_child(gigantic_pages):
     if lines and "HugePagesUnavailable" in "".join(lines):
         pytest.skip("1 GiB pages taken by someone else meanwhile")
     _check_fork_child(lines)
+
+
+def test_backing_and_huge_pages_are_properties_that_old_calls_still_read():
+    with cp.Region(64 * KiB, populate=True) as r:
+        assert isinstance(r.backing, _region.Backing) and r.backing.rss == r.size
+        assert r.huge_pages == r.backing.huge and r.huge_pages + 0 == r.backing.huge
+        # They were methods: a call still gives the same, and says so.
+        with pytest.warns(DeprecationWarning, match="backing is a property"):
+            assert r.backing() == r.backing
+        with pytest.warns(DeprecationWarning, match="huge_pages is a property"):
+            assert r.huge_pages() == r.huge_pages
+            assert type(r.huge_pages()) is int
+
+
+def test_view_takes_a_dtype_as_numpy_users_expect():
+    np = pytest.importorskip("numpy")
+    with cp.Region(8 * KiB) as r:
+        a = r.view(np.float32)
+        assert a.dtype == np.float32 and a.size == 2 * KiB and a.flags.writeable
+        a[:] = 1.0
+        assert not cp.is_zero(r)
+        with pytest.raises(BufferError):
+            r.resize(16 * KiB)
+        del a
+        assert r.view("q").dtype == np.int64
+        assert r.view().format == "B"
+
+
+def test_view_of_a_format_without_numpy_is_a_cast_memoryview(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpy", None)     # import numpy fails
+    with cp.Region(8 * KiB) as r:
+        v = r.view("q")
+        assert v.format == "q" and len(v) == KiB
+        v.release()
+        with pytest.raises(TypeError, match="needs numpy"):
+            r.view(float)
+
+
+def test_len_of_a_closed_region_is_an_error_and_it_is_false():
+    r = cp.Region(4096)
+    assert len(r) == 4096 and r
+    r.close()
+    with pytest.raises(ValueError, match="the Region is closed"):
+        len(r)
+    assert not r and r.size == 0

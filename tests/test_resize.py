@@ -205,9 +205,11 @@ def test_misaligned_destination_is_refused(misalign):
             r.move_to(dst)
 
 
-@pytest.mark.parametrize("address", [0, -4096, 1 << 60, "0x1000", None])
-def test_invalid_destinations_are_refused(address):
-    with cp.Region(PTE) as r, pytest.raises(ValueError):
+@pytest.mark.parametrize("address, kind", [(0, ValueError), (-4096, ValueError),
+                                           (1 << 60, ValueError), ("0x1000", TypeError),
+                                           (None, TypeError)])
+def test_invalid_destinations_are_refused(address, kind):
+    with cp.Region(PTE) as r, pytest.raises(kind, match="address"):
         r.move_to(address)
 
 
@@ -231,8 +233,9 @@ def test_occupied_destination_is_refused_and_left_alone():
 
 def test_unknown_alignment_is_refused():
     with cp.Region(PTE) as r:
-        for bad in ("pgd", "PMD ", 4096, None):
-            with pytest.raises(ValueError, match="alignment"):
+        for bad, kind in (("pgd", ValueError), ("PMD ", ValueError), (4096, TypeError),
+                          (None, TypeError)):
+            with pytest.raises(kind, match="alignment"):
                 r.move(bad)
 
 
@@ -342,21 +345,23 @@ def test_resize_to_the_same_size_changes_nothing():
 @pytest.mark.skipif(_region._thp_mode() in (None, "never"), reason="THP disabled")
 def test_2m_region_keeps_huge_pages_across_a_moving_grow():
     with cp.Region(8 * MiB, page_size="2m", populate=True) as r:
-        huge_before = r.backing().anon_huge_pages
+        huge_before = r.backing.anon_huge_pages
         assert huge_before > 0
         with Blocker(r.address + r.size):
             r.resize(16 * MiB)
         assert r.address % (2 * MiB) == 0
-        b = r.backing()
+        b = r.backing
         assert b.thp_eligible and b.anon_huge_pages >= huge_before
         r.populate()
-        assert r.backing().anon_huge_pages > huge_before
+        assert r.backing.anon_huge_pages > huge_before
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1 << 60, 2.0, "1Q", "0K", None, True])
-def test_bad_new_sizes_are_value_errors(bad):
+@pytest.mark.parametrize("bad, kind", [(0, ValueError), (-1, ValueError), (1 << 60, ValueError),
+                                       ("1Q", ValueError), ("0K", ValueError),
+                                       (2.0, TypeError), (None, TypeError), (True, TypeError)])
+def test_bad_new_sizes_are_refused(bad, kind):
     with cp.Region(PTE) as r:
-        with pytest.raises(ValueError, match="new_size"):
+        with pytest.raises(kind, match="new_size"):
             r.resize(bad)
         assert r.size == PTE
 

@@ -398,9 +398,15 @@ def test_nonzero_pages_of_a_region_count_its_pages_as_clear_pages_does():
         assert cp.is_zero(r)
 
 
-@pytest.mark.parametrize("bad", [0, -4096, 3, 4097, 4096.0, "4x", True, 2 ** 70])
+@pytest.mark.parametrize("bad", [0, -4096, 3, 4097, "4x", 2 ** 70])
 def test_a_bad_page_size_is_a_value_error_naming_it(bad):
     with pytest.raises(ValueError, match="page_size"):
+        cp.nonzero_pages(np.zeros(1000, dtype=np.int16), bad)
+
+
+@pytest.mark.parametrize("bad", [4096.0, True, b"4096"])
+def test_a_page_size_of_another_type_is_a_type_error_naming_it(bad):
+    with pytest.raises(TypeError, match="page_size must be a byte count"):
         cp.nonzero_pages(np.zeros(1000, dtype=np.int16), bad)
 
 
@@ -410,10 +416,15 @@ def test_refusals():
             cp.is_zero(obj)
         with pytest.raises(TypeError, match="reads buffers"):
             cp.nonzero_pages(obj)
-    for bad in (0, -1, True, 1.5, "many", 10 ** 6):
+    for bad in (0, -1, 10 ** 6):
         with pytest.raises(ValueError, match="threads"):
             cp.is_zero(bytes(10), threads=bad)
         with pytest.raises(ValueError, match="threads"):
+            cp.nonzero_pages(bytes(10), threads=bad)
+    for bad in (True, 1.5, "many", None):
+        with pytest.raises(TypeError, match="threads"):
+            cp.is_zero(bytes(10), threads=bad)
+        with pytest.raises(TypeError, match="threads"):
             cp.nonzero_pages(bytes(10), threads=bad)
     with pytest.raises(ValueError, match="contiguous"):
         cp.nonzero_pages(np.zeros((10, 10))[:, ::2])

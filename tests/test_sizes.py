@@ -53,9 +53,13 @@ BAD = "size must be a byte count such as 4096, 64K, 64M or 1G"
     (lambda v: cp.clear_pages(bytearray(8192), [0], page_size=v), "page_size"),
     (lambda v: cp.Region(4096).resize(v), "new_size"),
 ])
-@pytest.mark.parametrize("value", ["64Q", "1.5M", "lots", 1.5, True])
-def test_one_message_everywhere(call, what, value):
-    with pytest.raises(ValueError) as e:
+@pytest.mark.parametrize("value, kind", [("64Q", ValueError), ("1.5M", ValueError),
+                                         ("lots", ValueError), (1.5, TypeError),
+                                         (True, TypeError)])
+def test_one_message_everywhere(call, what, value, kind):
+    """Text that is no size is a ValueError, another type a TypeError: one
+    message for both, naming the argument and the spellings."""
+    with pytest.raises(kind) as e:
         call(value)
     assert str(e.value) == _units._spellings(what, value)
     assert BAD.replace("size", what, 1) in str(e.value)

@@ -51,17 +51,23 @@ def test_threads_maximum():
     check_guarded(np, whole, start, len(view))
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, False, 1.5, 1000, _fast.MAX_THREADS + 1,
-                                 "2", "AUTO", "", None, [2]])
-def test_threads_bad_values(bad):
+@pytest.mark.parametrize("bad, kind", [
+    (0, ValueError), (-1, ValueError), (1000, ValueError), (_fast.MAX_THREADS + 1, ValueError),
+    # A count is an int; "auto" is the one word taken in its place.
+    (True, TypeError), (False, TypeError), (1.5, TypeError), ("2", TypeError),
+    ("AUTO", TypeError), ("", TypeError), (None, TypeError), ([2], TypeError)])
+def test_threads_bad_values(bad, kind):
     buf = bytearray(b"\x01" * 100)
     for call in (lambda: cp.clear(buf, threads=bad),
                  lambda: cp.clear(buf, method="libc", threads=bad),
                  lambda: cp.clear_many([buf], threads=bad),
-                 lambda: cp.clear_pages(buf, [0], page_size=10, threads=bad)):
-        with pytest.raises(ValueError, match="threads") as e:
+                 lambda: cp.clear_pages(buf, [0], page_size=10, threads=bad),
+                 lambda: cp.is_zero(buf, threads=bad),
+                 lambda: cp.nonzero_pages(buf, threads=bad),
+                 lambda: cp.plan(100, threads=bad)):
+        with pytest.raises(kind, match="threads") as e:
             call()
-        assert "auto" in str(e.value)
+        assert "'auto' or an int from 1 to %d" % _fast.MAX_THREADS in str(e.value)
     assert buf == bytearray(b"\x01" * 100)
 
 
@@ -140,15 +146,25 @@ def test_hot_list_pair_is_accepted():
     assert not any(b)
 
 
-@pytest.mark.parametrize("hot", [(-1, 5), (5, 4), (0, 101), (101, 101), (1.5, 2), (True, 3),
-                                 (0, None), "ab", (1, 2, 3), (1,), 5, object()],
-                         ids=repr)
+@pytest.mark.parametrize("hot", [(-1, 5), (5, 4), (0, 101), (101, 101)], ids=repr)
 def test_hot_outside_the_buffer_is_a_value_error(hot):
     b = bytearray(b"\x01" * 100)
     with pytest.raises(ValueError, match="hot") as e:
         cp.clear(b, hot=hot)
     assert "100" in str(e.value)
     with pytest.raises(ValueError, match="hot"):
+        cp.clear(b, hot=hot, method="libc", threads=2)
+    assert b == bytearray(b"\x01" * 100)
+
+
+@pytest.mark.parametrize("hot", [(1.5, 2), (True, 3), (0, None), "ab", "yes", (1, 2, 3), (1,),
+                                 5, object()], ids=repr)
+def test_hot_of_another_type_is_a_type_error(hot):
+    b = bytearray(b"\x01" * 100)
+    with pytest.raises(TypeError, match="hot must be True") as e:
+        cp.clear(b, hot=hot)
+    assert "100" in str(e.value)
+    with pytest.raises(TypeError, match="hot"):
         cp.clear(b, hot=hot, method="libc", threads=2)
     assert b == bytearray(b"\x01" * 100)
 

@@ -41,6 +41,24 @@ int threads_value(PyObject *t)
     return DECLINE;
 }
 
+/* page_size: not given (NULL or None) a Region's own page size, else
+ * DEFAULT_PAGE_SIZE; an exact int from 1 to MAX_SIZE as it is; 0 otherwise
+ * (other spellings, "2m" and the like, and bad values: Python reads or
+ * refuses those).  The one gate of page_size, for clear_pages and
+ * nonzero_pages. */
+size_t page_size_value(PyObject *ps, PyObject *buf)
+{
+    if (!ps || ps == Py_None) {
+        size_t own = region_page_size(buf);
+        return own ? own : DEFAULT_PAGE_SIZE;
+    }
+    if (!PyLong_CheckExact(ps))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(ps, &overflow);
+    return !overflow && v >= 1 && (unsigned long long)v <= MAX_SIZE ? (size_t)v : 0;
+}
+
 /* Errors that mean "this object has no usable writable buffer" (or "is not
  * an integer"): Python explains those.  Anything else (KeyboardInterrupt,
  * MemoryError, an exception from the object's own code) propagates. */
@@ -77,13 +95,27 @@ static PyObject *interned_kw(const char *name)
     return NULL;
 }
 
+/* The same for a positional parameter's name, which may be one of them
+ * (page_size) spelled by another literal. */
+static PyObject *interned_name(const char *name)
+{
+    for (int i = 0; kw_names[i]; i++)
+        if (strcmp(kw_names[i], name) == 0)
+            return kw_objects[i];
+    return NULL;
+}
+
 int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames, int npos, PyObject **pos, const char *const *posnames,
-               struct kw *kws, int nkw)
+               PyObject *kwnames, int nreq, int npos, PyObject **pos,
+               const char *const *posnames, struct kw *kws, int nkw)
 {
     if (nargs > npos) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %d positional argument%s but %zd were given",
-                     fn, npos, npos == 1 ? "" : "s", nargs);
+        if (nreq < npos)
+            PyErr_Format(PyExc_TypeError, "%s() takes from %d to %d positional arguments "
+                         "but %zd were given", fn, nreq, npos, nargs);
+        else
+            PyErr_Format(PyExc_TypeError, "%s() takes %d positional argument%s but %zd "
+                         "were given", fn, npos, npos == 1 ? "" : "s", nargs);
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -105,7 +137,8 @@ int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
                 found = 1;
             }
         for (int j = 0; j < npos && !found; j++)
-            if (PyUnicode_CompareWithASCIIString(key, posnames[j]) == 0) {
+            if (key == interned_name(posnames[j])
+                || PyUnicode_CompareWithASCIIString(key, posnames[j]) == 0) {
                 if (pos[j]) {
                     PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
                                  fn, posnames[j]);
@@ -120,7 +153,7 @@ int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
             return -1;
         }
     }
-    for (int j = 0; j < npos; j++)
+    for (int j = 0; j < nreq; j++)
         if (!pos[j]) {
             PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'",
                          fn, posnames[j]);

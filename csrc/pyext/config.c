@@ -9,7 +9,8 @@
 const struct cp_api *nat;
 struct config cfg;
 
-PyObject *hook_init, *hook_clear, *hook_many, *hook_pages, *page_index_error;
+PyObject *hook_init, *hook_clear, *hook_many, *hook_pages, *hook_scan, *hook_hot;
+PyObject *page_index_error;
 PyObject *debug_hook;
 
 int ensure_ready(void)
@@ -126,15 +127,18 @@ fail:
 PyObject *fast_set_hooks(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *names[] = {"init", "clear", "many", "pages", "page_index_error", NULL};
-    PyObject *a, *b, *c, *d, *e;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO", names, &a, &b, &c, &d, &e))
+    static char *names[] = {"init", "clear", "many", "pages", "scan", "hot",
+                            "page_index_error", NULL};
+    PyObject *a, *b, *c, *d, *e, *f, *g;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO", names, &a, &b, &c, &d, &e, &f, &g))
         return NULL;
     Py_XSETREF(hook_init, Py_NewRef(a));
     Py_XSETREF(hook_clear, Py_NewRef(b));
     Py_XSETREF(hook_many, Py_NewRef(c));
     Py_XSETREF(hook_pages, Py_NewRef(d));
-    Py_XSETREF(page_index_error, Py_NewRef(e));
+    Py_XSETREF(hook_scan, Py_NewRef(e));
+    Py_XSETREF(hook_hot, Py_NewRef(f));
+    Py_XSETREF(page_index_error, Py_NewRef(g));
     Py_RETURN_NONE;
 }
 

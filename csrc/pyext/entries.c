@@ -26,6 +26,29 @@
         return body(args, nargs, kwnames, 1);                                        \
     }
 
+/* The one tail of an entry that declined: its Python hook (hook_clear,
+ * hook_many, hook_pages) explains the refusal, or normalizes the arguments
+ * and calls the _exact form, where (strict) declining again is a bug.
+ * args: the hook's n arguments, method and threads at method_at and the
+ * next as given (NULL: not given, passed as "auto" and 1), other NULLs as
+ * None. */
+static PyObject *declined(int strict, PyObject *hook, PyObject **args, size_t n,
+                          size_t method_at)
+{
+    if (strict) {
+        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
+        return NULL;
+    }
+    if (!args[method_at])
+        args[method_at] = s_auto;
+    if (!args[method_at + 1])
+        args[method_at + 1] = one;
+    for (size_t i = 0; i < n; i++)
+        if (!args[i])
+            args[i] = Py_None;
+    return PyObject_Vectorcall(hook, args, n, NULL);
+}
+
 static const char *const clear_pos[] = {"buf"};
 
 /* hot as (start, stop) within n bytes: 1, 0 when it is not a tuple of two
@@ -81,18 +104,18 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     size_t start = 0, stop = 0;
     int word = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
     if (hot && !word) {
-        PyObject *pair = PyList_CheckExact(hot) ? PySequence_Tuple(hot) : Py_NewRef(hot);
-        int ok = !pair ? -1 : dv->nruns ? 0 : hot_range(pair, dv->len, &start, &stop);
-        Py_XDECREF(pair);
+        int ok = dv->nruns ? 0 : hot_range(hot, dv->len, &start, &stop);
+        if (ok == 0) {
+            /* Python's check (_core._check_hot) refuses it with the words it
+             * has for buffers, or gives the pair as two exact ints. */
+            PyObject *pair = PyObject_CallFunction(hook_hot, "OnO", hot, (Py_ssize_t)dv->len,
+                                                   dv->nruns ? Py_True : Py_False);
+            ok = !pair ? -1 : hot_range(pair, dv->len, &start, &stop);
+            if (ok == 0)
+                PyErr_SetString(PyExc_SystemError, "clearpages: a normalized hot= declined");
+            Py_XDECREF(pair);
+        }
         if (ok <= 0) {
-            if (ok == 0 && dv->nruns)
-                PyErr_SetString(PyExc_ValueError,
-                                "hot= needs a contiguous buffer; this one is strided");
-            else if (ok == 0)   /* the words of _core._check_hot, for buffers */
-                PyErr_Format(PyExc_ValueError, "hot must be True (all of it is used next), "
-                             "False (not soon), or a (start, stop) pair of ints with "
-                             "0 <= start <= stop <= %zu (the buffer's size), not %R",
-                             dv->len, hot);
             dlpack_release(dv);
             return NULL;
         }
@@ -167,7 +190,7 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
 {
     PyObject *buf = NULL, *method = NULL, *threads = NULL, *hot = NULL;
     struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}, {kw_names[2], &hot}};
-    if (parse_args("clear", args, nargs, kwnames, 1, &buf, clear_pos, kws, 3) < 0)
+    if (parse_args("clear", args, nargs, kwnames, 1, 1, &buf, clear_pos, kws, 3) < 0)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
@@ -229,17 +252,12 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
 
 release_decline:
     PyBuffer_Release(&view);
-decline:
-    if (strict) {
-        Py_XDECREF(err);
-        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
-        return NULL;
-    }
-    res = PyObject_CallFunctionObjArgs(
-        hook_clear, buf, method ? method : s_auto, threads ? threads : one,
-        hot ? hot : Py_None, err ? err : Py_None, NULL);
+decline: {
+    PyObject *hook_args[] = {buf, method, threads, hot, err};
+    res = declined(strict, hook_clear, hook_args, 5, 1);
     Py_XDECREF(err);
     return res;
+}
 }
 
 ENTRY_PAIR(fast_clear, do_clear)
@@ -316,7 +334,7 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
 {
     PyObject *bufs = NULL, *method = NULL, *threads = NULL;
     struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
-    if (parse_args("clear_many", args, nargs, kwnames, 1, &bufs, many_pos, kws, 2) < 0)
+    if (parse_args("clear_many", args, nargs, kwnames, 1, 1, &bufs, many_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
@@ -402,14 +420,10 @@ fail:
     Py_DECREF(seq);
     return res;
 
-decline:
-    if (strict) {
-        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
-    } else {
-        res = PyObject_CallFunctionObjArgs(
-            hook_many, seq, method ? method : s_auto, threads ? threads : one,
-            bad ? bad : Py_None, NULL);
-    }
+decline: {
+    PyObject *hook_args[] = {seq, method, threads, bad};
+    res = declined(strict, hook_many, hook_args, 4, 1);
+}
     Py_XDECREF(bad);
     Py_DECREF(seq);
     return res;
@@ -428,7 +442,7 @@ PyObject *fast_clear_runs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     (void)self;
     PyObject *pos[2] = {NULL, NULL}, *method = NULL, *threads = NULL;
     struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
-    if (parse_args("clear_runs", args, nargs, kwnames, 2, pos, runs_pos, kws, 2) < 0)
+    if (parse_args("clear_runs", args, nargs, kwnames, 2, 2, pos, runs_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
@@ -511,34 +525,23 @@ static int is_int64_format(const Py_buffer *v)
     return v->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
 }
 
-static const char *const pages_pos[] = {"buf", "pages"};
+static const char *const pages_pos[] = {"buf", "pages", "page_size"};
 
 static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                                 int strict)
 {
-    PyObject *pos[2] = {NULL, NULL}, *page_size = NULL, *method = NULL, *threads = NULL;
-    struct kw kws[] = {{kw_names[3], &page_size}, {kw_names[0], &method},
-                       {kw_names[1], &threads}};
-    if (parse_args("clear_pages", args, nargs, kwnames, 2, pos, pages_pos, kws, 3) < 0)
+    PyObject *pos[3] = {NULL, NULL, NULL}, *method = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
+    if (parse_args("clear_pages", args, nargs, kwnames, 2, 3, pos, pages_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
-    PyObject *buf = pos[0], *pages = pos[1];
+    PyObject *buf = pos[0], *pages = pos[1], *page_size = pos[2];
     int idx = method_index(method) == DECLINE ? DECLINE : AUTO;
     int nthreads = threads_value(threads);
-    /* Not given: a Region's own page size (a huge page is one page), else 4 KiB. */
-    size_t psize = page_size ? 0 : region_page_size(buf);
+    size_t psize = page_size_value(page_size, buf);
     if (!psize)
-        psize = 4096;
-    if (page_size) {
-        int overflow = 0;
-        long long v = PyLong_CheckExact(page_size)
-            ? PyLong_AsLongLongAndOverflow(page_size, &overflow) : -1;
-        if (overflow || v < 1 || v > (1ll << 56))
-            idx = DECLINE;
-        else
-            psize = (size_t)v;
-    }
+        idx = DECLINE;
     Py_buffer view, pv;
     int have_pv = 0;
     PyObject *err = NULL, *res = NULL, *snapshot = NULL;
@@ -625,17 +628,18 @@ release_decline:
     PyMem_Free(owned);
     Py_XDECREF(snapshot);
     PyBuffer_Release(&view);
-decline:
-    if (strict) {
-        Py_XDECREF(err);
-        PyErr_SetString(PyExc_SystemError, "clearpages: normalized arguments declined");
-        return NULL;
-    }
-    res = PyObject_CallFunctionObjArgs(
-        hook_pages, buf, pages, page_size ? page_size : Py_None, method ? method : s_auto,
-        threads ? threads : one, err ? err : Py_None, NULL);
+decline: {
+    /* Not given: the page size it stands for, so that Python keeps no
+     * default of its own. */
+    PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
+                                                      : PyLong_FromSize_t(psize);
+    PyObject *hook_args[] = {buf, pages, ps, method, threads, err};
+    if (ps)
+        res = declined(strict, hook_pages, hook_args, 6, 3);
+    Py_XDECREF(ps);
     Py_XDECREF(err);
     return res;
+}
 }
 
 ENTRY_PAIR(fast_clear_pages, do_clear_pages)

@@ -68,7 +68,9 @@ extern PyObject *one;               /* 1, the default thread count */
 extern PyObject *hook_init;         /* () -> None: build the state, configure */
 extern PyObject *hook_clear;        /* (buf, method, threads, hot, err) */
 extern PyObject *hook_many;         /* (seq, method, threads, bad) */
-extern PyObject *hook_pages;        /* (buf, pages, page_size or None, method, threads, err) */
+extern PyObject *hook_pages;        /* (buf, pages, page_size, method, threads, err) */
+extern PyObject *hook_scan;         /* (name, buf, page_size, threads): is_zero, nonzero_pages */
+extern PyObject *hook_hot;          /* (hot, nbytes, strided) -> (start, stop), or raises */
 extern PyObject *page_index_error;  /* clearpages.PageIndexError */
 extern PyObject *debug_hook;        /* tests: called before every slice */
 
@@ -87,8 +89,15 @@ static inline void decide(size_t nbytes, size_t count, int idx, int threads, int
 
 enum { AUTO = CP_POLICY_AUTO, DECLINE = -2 };
 
+/* Sizes above this are typing mistakes, not memory (2**56 bytes; Python's
+ * clearpages._units.MAX_SIZE is this, read from the module). */
+#define MAX_SIZE ((unsigned long long)1 << 56)
+/* What clear_pages and nonzero_pages count in, but for a Region's pages. */
+#define DEFAULT_PAGE_SIZE 4096u
+
 int method_index(PyObject *m);
 int threads_value(PyObject *t);
+size_t page_size_value(PyObject *ps, PyObject *buf);
 int is_refusal(void);
 PyObject *take_refusal(void);
 
@@ -122,9 +131,12 @@ struct kw {
     PyObject **slot;
 };
 
+/* The arguments of a vectorcall: npos positional-or-keyword ones named
+ * posnames (the first nreq required; the others stay NULL when not given),
+ * then the keyword-only kws. */
 int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames, int npos, PyObject **pos, const char *const *posnames,
-               struct kw *kws, int nkw);
+               PyObject *kwnames, int nreq, int npos, PyObject **pos,
+               const char *const *posnames, struct kw *kws, int nkw);
 
 /* ---- run.c ------------------------------------------------------------------- */
 

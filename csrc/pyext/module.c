@@ -52,7 +52,7 @@ static PyMethodDef module_methods[] = {
      "4 KiB buffers is a gigabyte of work.  Every buffer is checked before\n"
      "anything is written."},
     {"clear_pages", (PyCFunction)(void (*)(void))fast_clear_pages, FASTCALL_KW,
-     "clear_pages(buf, pages, *, page_size=None, method=\"auto\", threads=1)\n--\n\n"
+     "clear_pages(buf, pages, page_size=None, *, method=\"auto\", threads=1)\n--\n\n"
      "Zero the listed pages of one buffer: page i is\n"
      "buf[i*page_size:(i+1)*page_size] (page_size None: 4096, or a Region's own).\n\n"
      "The pages are merged into runs in C and cleared in one native call;\n"
@@ -72,7 +72,7 @@ static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))fast_configure, METH_VARARGS | METH_KEYWORDS,
      configure_doc},
     {"set_hooks", (PyCFunction)(void (*)(void))fast_set_hooks, METH_VARARGS | METH_KEYWORDS,
-     "set_hooks(init, clear, many, pages, page_index_error): the Python side."},
+     "set_hooks(init, clear, many, pages, scan, hot, page_index_error): the Python side."},
     {"_set_debug_hook", (PyCFunction)fast_set_debug_hook, METH_O,
      "_set_debug_hook(f or None): f(where, routine, nbytes) is called with the\n"
      "buffers held: 'acquired', before every job slice ('slice') and direct\n"
@@ -91,16 +91,17 @@ static PyMethodDef module_methods[] = {
      "set_untouched(min_bytes): clears of at least that many bytes leave\n"
      "never-touched private anonymous pages alone (0: never look)."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
-     "is_zero(buf, *, threads=1) -> bool\n--\n\n"
-     "True when every byte of a readable buffer is zero.  Reads nothing\n"
+     "is_zero(buf, *, threads=1)\n--\n\n"
+     "True when every byte of a readable buffer is zero (a bool).  Reads nothing\n"
      "more than it must: the first, last and middle bytes first, then the\n"
      "rest until a nonzero byte is seen; writes nothing."},
     {"nonzero_pages", (PyCFunction)(void (*)(void))fast_nonzero_pages, FASTCALL_KW,
-     "nonzero_pages(buf, page_size=None, *, threads=1) -> array.array('q')\n--\n\n"
+     "nonzero_pages(buf, page_size=None, *, threads=1)\n--\n\n"
      "The indices of the pages of a contiguous buffer that hold a nonzero\n"
      "byte (page i is buf[i*page_size:(i+1)*page_size], the last may be\n"
-     "partial), ascending; clear_pages and numpy take them as they are.\n"
-     "page_size counts pages as clear_pages does: 4096, or a Region's own."},
+     "partial), ascending, as an array.array('q') that clear_pages and numpy\n"
+     "take as it is.  page_size counts pages as clear_pages does: 4096, or a\n"
+     "Region's own."},
     {"set_scan", fast_set_scan, METH_O, "set_scan(variant): the zero scan the entries use."},
     {"pool_handler", fast_pool_handler, METH_VARARGS,
      "pool_handler(pool, min_size) -> capsule: a numpy allocator handler whose calloc\n"
@@ -182,7 +183,14 @@ static int module_exec(PyObject *m)
             return -1;
         }
     }
-    return PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS);
+    if (PyModule_AddIntConstant(m, "MAX_THREADS", CP_MAX_THREADS) < 0)
+        return -1;
+    PyObject *max_size = PyLong_FromUnsignedLongLong(MAX_SIZE);
+    if (!max_size || PyModule_AddObject(m, "MAX_SIZE", max_size) < 0) {
+        Py_XDECREF(max_size);
+        return -1;
+    }
+    return 0;
 }
 
 static PyModuleDef_Slot module_slots[] = {

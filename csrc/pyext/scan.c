@@ -29,29 +29,31 @@ static struct scan {
 
 static PyObject *array_type;        /* array.array, imported on first use */
 
-/* threads= of a scan: 1..CP_MAX_THREADS, or "auto" (from the size, as a
- * clear of that size would); -1 with ValueError otherwise. */
-static int scan_threads(PyObject *t, size_t n)
+/* The threads of a scan whose threads= passed the gate (threads_value):
+ * "auto" (0) is what a clear of n bytes would get. */
+static int scan_threads(int v, size_t n)
 {
-    int v = threads_value(t);
-    if (v == DECLINE && t && PyLong_Check(t) && !PyBool_Check(t)) {
-        int overflow;
-        long x = PyLong_AsLongAndOverflow(t, &overflow);
-        if (x == -1 && PyErr_Occurred())
-            return -1;
-        v = !overflow && x >= 1 && x <= CP_MAX_THREADS ? (int)x : DECLINE;
-    }
-    if (v == DECLINE) {
-        PyErr_Format(PyExc_ValueError,
-                     "threads must be 'auto' or an int from 1 to %d, not %R",
-                     CP_MAX_THREADS, t);
-        return -1;
-    }
     if (v != 0)
         return v;
-    struct cp_decision d;       /* "auto": the threads a clear of n bytes gets */
+    struct cp_decision d;
     decide(n, 1, AUTO, 0, 0, 0, &d);
     return d.threads;
+}
+
+/* threads= or page_size= in a form the gates decline: Python's checks
+ * (the hook, _core._declined_scan) read it or refuse it with the package's
+ * message, and call the entry again. */
+static PyObject *scan_declined(const char *name, PyObject *buf, PyObject *page_size,
+                               size_t psize, PyObject *threads)
+{
+    PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
+                 : psize ? PyLong_FromSize_t(psize) : Py_NewRef(Py_None);
+    if (!ps)
+        return NULL;
+    PyObject *res = PyObject_CallFunction(hook_scan, "sOOO", name, buf, ps,
+                                          threads ? threads : one);
+    Py_DECREF(ps);
+    return res;
 }
 
 static int scan_ready(void)
@@ -66,7 +68,8 @@ static int scan_ready(void)
 }
 
 /* Acquire buf for reading, with strides where it has them.  -1 with
- * TypeError for an object that is no buffer (or not a readable one). */
+ * TypeError for an object that is no buffer; a buffer that refuses to be
+ * read (a closed Region or mmap, a released memoryview) says why itself. */
 static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
 {
     if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) == 0)
@@ -76,7 +79,7 @@ static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
     PyErr_Clear();
     if (PyObject_GetBuffer(buf, view, PyBUF_RECORDS_RO) == 0)
         return 0;
-    if (!is_refusal())
+    if (!PyErr_ExceptionMatches(PyExc_TypeError))
         return -1;
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError,
@@ -221,19 +224,16 @@ static int acquire_tensor(PyObject *buf, struct dlpack_view *dv)
 }
 
 /* is_zero of an object with no buffer: a tensor, else the TypeError. */
-static PyObject *is_zero_tensor(PyObject *buf, PyObject *threads)
+static PyObject *is_zero_tensor(PyObject *buf, int threads)
 {
     struct dlpack_view dv;
     if (acquire_tensor(buf, &dv) < 0)
         return NULL;
-    int t = threads ? scan_threads(threads, dv.len) : 1, zero = -1;
-    if (t > 0) {
-        zero = 1;
-        if (!dv.nruns)
-            zero = scan_extent(dv.base, dv.len, t);
-        for (size_t i = 0; i < dv.nruns && zero == 1; i++)
-            zero = scan_extent(dv.addrs[i], dv.lens[i], t);
-    }
+    int t = scan_threads(threads, dv.len), zero = 1;
+    if (!dv.nruns)
+        zero = scan_extent(dv.base, dv.len, t);
+    for (size_t i = 0; i < dv.nruns && zero == 1; i++)
+        zero = scan_extent(dv.addrs[i], dv.lens[i], t);
     dlpack_release(&dv);
     if (zero < 0)
         return NULL;
@@ -248,16 +248,18 @@ PyObject *fast_is_zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     (void)self;
     PyObject *buf = NULL, *threads = NULL;
     struct kw kws[] = {{kw_names[1], &threads}};
-    if (parse_args("is_zero", args, nargs, kwnames, 1, &buf, is_zero_pos, kws, 1) < 0)
+    if (parse_args("is_zero", args, nargs, kwnames, 1, 1, &buf, is_zero_pos, kws, 1) < 0)
         return NULL;
     if (scan_ready() < 0)
         return NULL;
+    int tv = threads_value(threads);
+    if (tv == DECLINE)
+        return scan_declined("is_zero", buf, NULL, 0, threads);
     Py_buffer view;
     if (scan_acquire(buf, &view, "is_zero") < 0)
-        return PyErr_ExceptionMatches(PyExc_TypeError) ? is_zero_tensor(buf, threads) : NULL;
-    int t = threads ? scan_threads(threads, (size_t)view.len) : 1, zero = -1;
-    if (t > 0)
-        zero = view.strides && !PyBuffer_IsContiguous(&view, 'A')
+        return PyErr_ExceptionMatches(PyExc_TypeError) ? is_zero_tensor(buf, tv) : NULL;
+    int t = scan_threads(tv, (size_t)view.len);
+    int zero = view.strides && !PyBuffer_IsContiguous(&view, 'A')
              ? scan_strided(&view, t) : scan_contiguous(view.buf, (size_t)view.len, t);
     PyBuffer_Release(&view);
     if (zero < 0)
@@ -319,61 +321,23 @@ static int nonzero_pages_touched(const char *base, size_t n, size_t psize, int t
     return rc;
 }
 
-/* page_size as clear_pages reads it: None for the Region's page size (4096
- * for other buffers), an int, or any size clearpages._units.parse_size
- * reads ("4k", "2m"); 0 with the error set. */
-static size_t scan_page_size(PyObject *page_size, PyObject *buf)
-{
-    if (!page_size || page_size == Py_None) {
-        size_t ps = region_page_size(buf);
-        return ps ? ps : 4096;
-    }
-    PyObject *n = NULL;
-    if (PyLong_CheckExact(page_size)) {
-        n = Py_NewRef(page_size);
-    } else {
-        PyObject *units = PyImport_ImportModule("clearpages._units");
-        if (!units)
-            return 0;
-        n = PyObject_CallMethod(units, "parse_size", "Osi", page_size, "page_size", 1);
-        Py_DECREF(units);
-        if (!n)
-            return 0;
-    }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(n, &overflow);
-    Py_DECREF(n);
-    if (v == -1 && PyErr_Occurred())
-        return 0;
-    if (overflow || v < 1) {
-        PyErr_Format(PyExc_ValueError, "page_size must be a positive number of bytes, not %R",
-                     page_size);
-        return 0;
-    }
-    return (size_t)v;
-}
-
 static const char *const pages_scan_pos[] = {"buf", "page_size"};
 
 PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames)
 {
     (void)self;
-    PyObject *pos[2] = {NULL, NULL}, *threads = NULL, *ps_kw = NULL;
-    struct kw kws[] = {{kw_names[1], &threads}, {kw_names[3], &ps_kw}};
-    if (parse_args("nonzero_pages", args, nargs, kwnames, nargs >= 2 ? 2 : 1, pos,
-                   pages_scan_pos, kws, 2) < 0)
+    PyObject *pos[2] = {NULL, NULL}, *threads = NULL;
+    struct kw kws[] = {{kw_names[1], &threads}};
+    if (parse_args("nonzero_pages", args, nargs, kwnames, 1, 2, pos, pages_scan_pos,
+                   kws, 1) < 0)
         return NULL;
-    if (ps_kw) {
-        if (pos[1]) {
-            PyErr_SetString(PyExc_TypeError,
-                            "nonzero_pages() got multiple values for argument 'page_size'");
-            return NULL;
-        }
-        pos[1] = ps_kw;
-    }
     if (scan_ready() < 0)
         return NULL;
+    int tv = threads_value(threads);
+    size_t psize = page_size_value(pos[1], pos[0]);
+    if (tv == DECLINE || !psize)
+        return scan_declined("nonzero_pages", pos[0], pos[1], psize, threads);
     Py_buffer view;
     struct dlpack_view dv;
     int tensor = 0;
@@ -390,13 +354,10 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     PyObject *res = NULL;
     int64_t *out = NULL;
-    size_t psize = scan_page_size(pos[1], pos[0]);
-    if (!psize)
-        goto done;
     if (psize % (size_t)view.itemsize) {
         PyErr_Format(PyExc_ValueError,
-                     "page_size must be a positive multiple of the item size (%zd byte%s), "
-                     "not %R", view.itemsize, view.itemsize == 1 ? "" : "s", pos[1]);
+                     "page_size must be a multiple of the item size (%zd byte%s), not %zu",
+                     view.itemsize, view.itemsize == 1 ? "" : "s", psize);
         goto done;
     }
     if (tensor ? dv.nruns != 0 : view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
@@ -406,9 +367,7 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     size_t n = (size_t)view.len;
     size_t npages = n / psize + (n % psize != 0);
-    int t = threads ? scan_threads(threads, n) : 1;
-    if (t < 0)
-        goto done;
+    int t = scan_threads(tv, n);
     out = PyMem_Malloc((npages ? npages : 1) * sizeof(*out));
     if (!out) {
         PyErr_NoMemory();
