@@ -292,21 +292,26 @@ def test_plan_on_this_machine():
     assert cp.plan(4 * MiB, count=1024).count == 1024
 
 
-@pytest.mark.parametrize("bad", [-1, 1 << 57, 1.5, True, "4096x", None, 2 ** 64])
-def test_plan_bad_sizes(bad):
-    with pytest.raises(ValueError, match="nbytes"):
+@pytest.mark.parametrize("bad, kind", [
+    (-1, ValueError), (1 << 57, ValueError), ("4096x", ValueError), (2 ** 64, ValueError),
+    (1.5, TypeError), (True, TypeError), (None, TypeError)])
+def test_plan_bad_sizes(bad, kind):
+    with pytest.raises(kind, match="nbytes"):
         cp.plan(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -3, True, 2.0])
-def test_plan_bad_count(bad):
-    with pytest.raises(ValueError, match="count"):
+@pytest.mark.parametrize("bad, kind", [(0, ValueError), (-3, ValueError), (True, TypeError),
+                                       (2.0, TypeError)])
+def test_plan_bad_count(bad, kind):
+    with pytest.raises(kind, match="count"):
         cp.plan(4096, count=bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 1.5, 1000, "two", None])
-def test_plan_bad_threads(bad):
-    with pytest.raises(ValueError, match="threads"):
+@pytest.mark.parametrize("bad, kind", [(0, ValueError), (-1, ValueError), (1000, ValueError),
+                                       (True, TypeError), (1.5, TypeError), ("two", TypeError),
+                                       (None, TypeError)])
+def test_plan_bad_threads(bad, kind):
+    with pytest.raises(kind, match="threads"):
         cp.plan(4096, threads=bad)
 
 

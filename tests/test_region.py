@@ -765,7 +765,7 @@ def test_a_1g_region_reads_as_closed_in_a_forked_child(gigantic_pages):
 
 def test_backing_and_huge_pages_are_properties_that_old_calls_still_read():
     with cp.Region(64 * KiB, populate=True) as r:
-        assert isinstance(r.backing, _region.Backing) and r.backing.rss == r.size
+        assert isinstance(r.backing, _region.Backing) and r.backing.rss >= r.size
         assert r.huge_pages == r.backing.huge and r.huge_pages + 0 == r.backing.huge
         # They were methods: a call still gives the same, and says so.
         with pytest.warns(DeprecationWarning, match="backing is a property"):
