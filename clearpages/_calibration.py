@@ -17,14 +17,12 @@ import datetime
 import hashlib
 import json
 import os
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from ._config import ConfigError
+from ._config import ConfigError, warn
 from ._policy import Thresholds
 from ._routines import ALL_METHODS, BY_NAME
 
@@ -107,16 +105,8 @@ def resolve(cpu: Any, setting: str | None) -> Path | None:
 
 
 def _warn(path: Path, what: str) -> None:
-    # Attributed to the caller's first frame outside the package (the call
-    # that built the state), not to the package's own code.
-    package = os.path.dirname(os.path.abspath(__file__))
-    level = 2
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and os.path.dirname(
-            os.path.abspath(frame.f_code.co_filename)) == package:
-        level, frame = level + 1, frame.f_back
-    warnings.warn("clearpages: ignoring calibration file %s: %s" % (path, what),
-                  CalibrationWarning, stacklevel=level)
+    # Attributed to the call that built the state, in the caller's program.
+    warn("clearpages: ignoring calibration file %s: %s" % (path, what), CalibrationWarning)
 
 
 def _check_values(th: Any) -> str | None:

@@ -8,8 +8,12 @@ an error that names the variable, never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import sys
+import warnings
 from collections.abc import Mapping
+from types import FrameType
 
 from ._routines import ALL_METHODS
 from ._units import MAX_SIZE, parse_size
@@ -17,15 +21,62 @@ from ._units import MAX_SIZE, parse_size
 VARIABLES = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD",
              "CLEARPAGES_CALIBRATION", "CLEARPAGES_DISABLE", "CLEARPAGES_ADAPT",
              "CLEARPAGES_POOL_DEBUG")
+#: Read by the build, not by the package.
+BUILD_VARIABLES = ("CLEARPAGES_PORTABLE",)
+#: The repository's own test suite and benchmarks read these.
+OTHER_PREFIXES = ("CLEARPAGES_TEST_", "CLEARPAGES_BENCH_")
 
 _ON = frozenset({"1", "on", "yes", "true"})
 _OFF = frozenset({"0", "off", "no", "false"})
 
-__all__ = ["MAX_SIZE", "Config", "ConfigError", "parse_size", "read", "read_environ"]
+__all__ = ["MAX_SIZE", "Config", "ConfigError", "ConfigWarning", "parse_size", "read",
+           "read_environ", "warn"]
 
 
 class ConfigError(ValueError):
     """A CLEARPAGES_* variable holds a value clearpages cannot use."""
+
+
+class ConfigWarning(UserWarning):
+    """A CLEARPAGES_* name that clearpages does not read (a misspelling)."""
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    """warnings.warn, attributed to the caller's first frame outside the
+    package (the line of the program that imported or first used it), not
+    to the package's own code or the import machinery."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "importlib" in name and "_bootstrap" in name:
+            pass                # warnings.warn skips these itself, uncounted
+        elif os.path.dirname(os.path.abspath(name)) == package:
+            level += 1
+        else:
+            break
+        frame = frame.f_back
+    warnings.warn(message, category, stacklevel=level)
+
+
+_warned: set[str] = set()
+
+
+def _unknown_names(env: Mapping[str, str]) -> None:
+    """Warn once about each CLEARPAGES_* name that nothing reads: a
+    misspelled variable would otherwise be ignored without a word."""
+    known = VARIABLES + BUILD_VARIABLES
+    for name in sorted(env):
+        if (not name.startswith("CLEARPAGES_") or name in known or name in _warned
+                or name.startswith(OTHER_PREFIXES)):
+            continue
+        _warned.add(name)
+        # Compared without the shared prefix, which would make any two alike.
+        near = difflib.get_close_matches(name[11:], [k[11:] for k in known], n=1)
+        warn("%s is not a clearpages variable, so it is ignored%s; clearpages reads %s"
+             % (name, " (did you mean CLEARPAGES_%s?)" % near[0] if near else "",
+                ", ".join(VARIABLES)), ConfigWarning)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +96,7 @@ class Config:
 
 
 def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
+    _unknown_names(env)
     raw = tuple((k, env[k]) for k in VARIABLES if k in env)
     method = env.get("CLEARPAGES_METHOD", "").strip() or None
     if method is not None and method != "auto" and method not in ALL_METHODS:

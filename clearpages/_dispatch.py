@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from . import _adapt, _calibration, _config, _cpu, _fast, _policy, _scan
-from ._errors import UnsupportedMethod
+from ._errors import UnsupportedMethod, print_alone_if_uncaught
 from ._native import ffi, lib
 from ._routines import BY_NAME, ROUTINES
 
@@ -150,7 +150,13 @@ def _build(env: dict[str, str] | None, replace: bool = False) -> State:
     with _lock:
         if _current is not None and not replace:
             return _current
-        st = State(env)         # raises on a bad variable: nothing changes then
+        try:
+            st = State(env)     # raises on a bad variable: nothing changes then
+        except _config.ConfigError as e:
+            # Its message says it all, as at import: one line if uncaught,
+            # not the frames of the package that read it.
+            print_alone_if_uncaught(e)
+            raise e.with_traceback(None) from None
         st.configure_native()
         _current = st
         return st

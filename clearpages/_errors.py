@@ -39,7 +39,9 @@ def print_alone_if_uncaught(err: BaseException) -> None:
              tb: TracebackType | None) -> Any:
         if value is not err:
             return previous(kind, value, tb)
-        print("clearpages.%s: %s" % (kind.__name__, value), file=sys.stderr)
+        # By its public name (a missing calibration file is a ConfigError too).
+        name = "ConfigError" if isinstance(value, ConfigError) else kind.__name__
+        print("clearpages.%s: %s" % (name, value), file=sys.stderr)
         return None
 
     sys.excepthook = hook

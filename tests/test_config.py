@@ -155,7 +155,36 @@ def test_missing_calibration_file_is_an_error_at_first_use():
     r = run_python("import clearpages as cp\ncp.clear(bytearray(8))",
                    {"CLEARPAGES_CALIBRATION": "/nonexistent/policy.json"})
     assert r.returncode == 1
-    assert "CLEARPAGES_CALIBRATION=/nonexistent/policy.json names no file" in r.stderr
+    # One clean line, as a bad variable at import: no frames, no private name.
+    assert r.stderr.strip() == (
+        "clearpages.ConfigError: CLEARPAGES_CALIBRATION=/nonexistent/policy.json names no "
+        "file; write it with `python -m clearpages calibrate`, or set "
+        "CLEARPAGES_CALIBRATION=off"), r.stderr
+
+
+@pytest.mark.parametrize("name, hint", [("CLEARPAGES_METHD", "CLEARPAGES_METHOD"),
+                                        ("CLEARPAGES_NT_THRESHOD", "CLEARPAGES_NT_THRESHOLD"),
+                                        ("CLEARPAGES_COLOUR", None)])
+def test_an_unknown_variable_is_named_in_a_warning(name, hint):
+    """A misspelled variable would change nothing without a word: it is
+    named once, at the program's own line, with the names that are read."""
+    r = run_python("import warnings\nwarnings.simplefilter('always')\nimport clearpages as cp\n"
+                   "cp.clear(bytearray(8))\ncp.reload_config()", {name: "movnti"})
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "ConfigWarning" in ln]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("<string>:3: ConfigWarning: %s is not a clearpages variable, "
+                               "so it is ignored" % name), lines
+    assert ("did you mean %s?" % hint in lines[0]) if hint else "did you mean" not in lines[0]
+    assert "clearpages reads CLEARPAGES_METHOD, CLEARPAGES_NT_THRESHOLD" in lines[0]
+
+
+def test_the_builds_and_the_test_suites_variables_are_not_warned_about():
+    r = run_python("import warnings\nwarnings.simplefilter('error')\nimport clearpages as cp\n"
+                   "cp.clear(bytearray(8))",
+                   {"CLEARPAGES_PORTABLE": "0", "CLEARPAGES_TEST_SEED": "1",
+                    "CLEARPAGES_BENCH_SCALE": "0.5"})
+    assert r.returncode == 0 and not r.stderr, r.stderr
 
 
 LEAN_SIZES = (0, 1, 999, 1000, 2047, 2048, 4095, 4096, 65536, MiB, 8 * MiB)

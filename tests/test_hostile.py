@@ -3,10 +3,10 @@ fork during threaded clears, sequences that change while they are read.
 
 The promise under test: every public call completes or raises a Python
 exception, with every buffer export released and nothing outside the
-buffers changed; never a crash.  Each test runs CLEARPAGES_HOSTILE_ITERATIONS
+buffers changed; never a crash.  Each test runs CLEARPAGES_TEST_HOSTILE_ITERATIONS
 iterations (default 30: a few seconds in all); run it long with e.g.
 
-    CLEARPAGES_HOSTILE_ITERATIONS=2000 python -m pytest tests/test_hostile.py
+    CLEARPAGES_TEST_HOSTILE_ITERATIONS=2000 python -m pytest tests/test_hostile.py
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from conftest import OnlyDLPack, run_python
 import clearpages as cp
 from clearpages import _dispatch
 
-ITERATIONS = int(os.environ.get("CLEARPAGES_HOSTILE_ITERATIONS", "30"))
-SEED = int(os.environ.get("CLEARPAGES_HOSTILE_SEED", str(int(time.time()))))
+ITERATIONS = int(os.environ.get("CLEARPAGES_TEST_HOSTILE_ITERATIONS", "30"))
+SEED = int(os.environ.get("CLEARPAGES_TEST_HOSTILE_SEED", str(int(time.time()))))
 
 KiB = 1 << 10
 MiB = 1 << 20

@@ -4,7 +4,7 @@ The matrix follows tools/testing/selftests/mm/mremap_test.c: a source
 mapping aligned to PTE, 1 MiB, PMD or PUD (and deliberately not to the next
 level), moved to a destination with its own such alignment, contents from a
 seeded random pattern checked afterwards.  As there, only the first bytes
-are written and checked in big cases (CLEARPAGES_VERIFY_BYTES, default
+are written and checked in big cases (CLEARPAGES_TEST_VERIFY_BYTES, default
 4 MiB; 0 checks all of it), and the seed (CLEARPAGES_TEST_SEED, random when
 unset) is printed so a failure can be replayed.
 """
@@ -26,8 +26,8 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PTE = 4 * KiB
 
 SEED = int(os.environ.get("CLEARPAGES_TEST_SEED") or random.SystemRandom().randrange(1 << 32))
-VERIFY = int(os.environ.get("CLEARPAGES_VERIFY_BYTES") or 4 * MiB)
-print("test_resize: CLEARPAGES_TEST_SEED=%d CLEARPAGES_VERIFY_BYTES=%d" % (SEED, VERIFY))
+VERIFY = int(os.environ.get("CLEARPAGES_TEST_VERIFY_BYTES") or 4 * MiB)
+print("test_resize: CLEARPAGES_TEST_SEED=%d CLEARPAGES_TEST_VERIFY_BYTES=%d" % (SEED, VERIFY))
 
 LEVEL = {"pte": PTE, "1m": MiB, "pmd": 2 * MiB, "pud": GiB}
 NEXT = {"pte": MiB, "1m": 2 * MiB, "pmd": GiB, "pud": None}
@@ -88,7 +88,7 @@ def assert_alignment(address: int, alignment: str) -> None:
 
 def big(size: int):
     """Cases of 1 GiB and more run everywhere memory allows (only the checked
-    bytes are ever touched, unless CLEARPAGES_VERIFY_BYTES=0)."""
+    bytes are ever touched, unless CLEARPAGES_TEST_VERIFY_BYTES=0)."""
     need = (size if VERIFY == 0 else checked(size)) + 512 * MiB
     return pytest.mark.skipif(size >= GiB and mem_available() < need,
                               reason="needs %d MiB of free memory" % (need >> 20))

@@ -59,6 +59,16 @@ size_t page_size_value(PyObject *ps, PyObject *buf)
     return !overflow && v >= 1 && (unsigned long long)v <= MAX_SIZE ? (size_t)v : 0;
 }
 
+PyObject *entry_acquiring;
+
+int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags)
+{
+    entry_acquiring = obj;
+    int rc = PyObject_GetBuffer(obj, view, flags);
+    entry_acquiring = NULL;
+    return rc;
+}
+
 /* Errors that mean "this object has no usable writable buffer" (or "is not
  * an integer"): Python explains those.  Anything else (KeyboardInterrupt,
  * MemoryError, an exception from the object's own code) propagates. */
@@ -222,12 +232,12 @@ int refuse_references(PyObject *obj, Py_ssize_t index)
 int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t index)
 {
     *err = NULL;
-    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) == 0) {
+    if (entry_get_buffer(obj, view, PyBUF_WRITABLE) == 0) {
         if (__builtin_expect(view->itemsize < (Py_ssize_t)sizeof(PyObject *), 1))
             return 0;
         /* Wider items: the same buffer again, with its format. */
         PyBuffer_Release(view);
-        if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) == 0) {
+        if (entry_get_buffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) == 0) {
             if (!format_holds_references(view->format))
                 return 0;
             PyBuffer_Release(view);
@@ -238,7 +248,7 @@ int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t 
         PyErr_Clear();          /* no format to state (numpy's datetime64) */
         if (check_references(obj, index) < 0)
             return -1;
-        if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) == 0)
+        if (entry_get_buffer(obj, view, PyBUF_WRITABLE) == 0)
             return 0;
     }
     if (!is_refusal())

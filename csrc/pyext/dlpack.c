@@ -223,7 +223,7 @@ static int torch_refuses(PyObject *obj)
     PyErr_SetString(PyExc_TypeError,
                     "the tensor requires grad, and autograd cannot record a write that "
                     "clearpages makes: torch refuses t.zero_() on such a leaf too, outside "
-                    "torch.no_grad().  Clear it inside torch.no_grad(), or clear t.detach(), "
+                    "torch.no_grad(). Clear it inside torch.no_grad(), or clear t.detach(), "
                     "which shares its memory; it was left unchanged");
     return 1;
 }

@@ -101,6 +101,14 @@ size_t page_size_value(PyObject *ps, PyObject *buf);
 int is_refusal(void);
 PyObject *take_refusal(void);
 
+/* PyObject_GetBuffer for an entry's own use (the buffer it clears or
+ * reads): a Region exported so counts it apart from its views, so that a
+ * resize from another thread meanwhile can say a call holds it.
+ * entry_acquiring: the object being acquired, NULL between calls (the GIL
+ * orders them). */
+extern PyObject *entry_acquiring;
+int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags);
+
 /* Buffers whose items hold references (numpy object arrays, structured
  * dtypes with object fields, a format with 'O') are never cleared: zeroing
  * them would drop every reference without releasing it (the objects leak,

@@ -13,6 +13,7 @@ typedef struct {
     uintptr_t address;
     size_t size;
     Py_ssize_t exports;
+    Py_ssize_t entry_exports;   /* of those, held by a clearpages call (clear, is_zero...) */
     int mapped;
     int kind, shift;            /* as mapped: page = 1 << shift */
     size_t limit, modulus;      /* address space; resize keeps addr % modulus */
@@ -111,15 +112,21 @@ static int region_getbuffer(RegionMemory *self, Py_buffer *view, int flags)
     }
     int rc = PyBuffer_FillInfo(view, (PyObject *)self, (void *)self->address,
                                (Py_ssize_t)self->size, 0, flags);
-    if (rc == 0)
+    if (rc == 0) {
         self->exports++;
+        if (entry_acquiring == (PyObject *)self) {
+            self->entry_exports++;
+            view->internal = &self->entry_exports;     /* marks it for the release */
+        }
+    }
     region_unlock(self);
     return rc;
 }
 
 static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
 {
-    (void)view;
+    if (view->internal == &self->entry_exports)
+        self->entry_exports--;
     region_settle(self);
     if (--self->exports == 0 && self->orphan_size) {
         /* The last view of memory the Region let go: unmap it now, as
@@ -145,8 +152,18 @@ static int region_check(RegionMemory *self, const char *what)
         PyErr_SetString(PyExc_ValueError, closed_text(self));
         return -1;
     }
-    if (self->exports > 0) {
-        Py_ssize_t n = self->exports;
+    Py_ssize_t n = self->exports - self->entry_exports;
+    if (self->entry_exports > 0) {
+        /* The caller holds no view: a call in another thread does. */
+        PyErr_Format(PyExc_BufferError,
+                     "cannot %s a Region while a clearpages call (clear, clear_many, "
+                     "clear_pages, is_zero or nonzero_pages) is clearing or reading it; "
+                     "%s it after that call returns%s",
+                     what, what, n > 0 ? " and every memoryview and numpy array of it "
+                     "is released" : "");
+        return -1;
+    }
+    if (n > 0) {
         PyErr_Format(PyExc_BufferError,
                      "cannot %s a Region while %zd view%s of it exist%s "
                      "(release every memoryview and numpy array of it first)",

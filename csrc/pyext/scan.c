@@ -72,12 +72,12 @@ static int scan_ready(void)
  * read (a closed Region or mmap, a released memoryview) says why itself. */
 static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
 {
-    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) == 0)
+    if (entry_get_buffer(buf, view, PyBUF_SIMPLE) == 0)
         return 0;
     if (!is_refusal())
         return -1;
     PyErr_Clear();
-    if (PyObject_GetBuffer(buf, view, PyBUF_RECORDS_RO) == 0)
+    if (entry_get_buffer(buf, view, PyBUF_RECORDS_RO) == 0)
         return 0;
     if (!PyErr_ExceptionMatches(PyExc_TypeError))
         return -1;
