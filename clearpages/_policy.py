@@ -110,6 +110,22 @@ class Thresholds:
         """The unit of work, the same number as ``chunk``."""
         return self.chunk
 
+    def as_json(self) -> dict[str, Any]:
+        """The fields as JSON values, with None (null) for "no such limit":
+        a size no clear reaches (NEVER), no routine for long extents ('')
+        and no cap on threads (max_threads 0); ``why`` as an object."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "why":
+                v = dict(v)
+            elif (isinstance(v, int) and v >= NEVER) or (f.name == "long" and not v) \
+                    or (f.name == "max_threads" and v == 0):
+                v = None
+            out[f.name] = v
+        out["unit"] = self.chunk
+        return out
+
     def reason(self, field: str) -> str:
         return dict(self.why).get(field, self.source)
 

@@ -77,6 +77,33 @@ def test_info_json_reports_disable_and_environment():
     assert data["machine"]["cpu"]["model"] == cp.cpu().model
 
 
+def test_json_says_no_limit_with_null(tmp_path):
+    """A limit no size reaches, no routine for long extents and no cap on
+    threads are null in every JSON the command line writes, not 2**62, ''
+    and 0; thresholds().as_json() says the same."""
+    th = cp.thresholds()
+    assert th.as_json()["max_threads"] is None or th.max_threads > 0
+    none = {k for k, v in th.as_json().items() if v is None}
+    assert (th.long_min >= 1 << 62) == ("long_min" in none)
+    assert (th.long == "") == ("long" in none)
+    assert none, "this machine has every limit: nothing to check"
+    rc, out = call("info", "--json")
+    values = json.loads(out)["thresholds"]["values"]
+    assert none & set(values) <= {k for k, v in values.items() if v is None}
+    assert not [v for v in values.values() if isinstance(v, int) and v >= 1 << 62]
+    rc, out = call("bench", "--sizes", "8K", "--methods", "libc", *TINY, "--json", "-")
+    values = json.loads(out)["thresholds"]["values"]
+    assert none & set(values) <= {k for k, v in values.items() if v is None}
+    path, js = tmp_path / "p.json", tmp_path / "c.json"
+    rc, _ = call("calibrate", "--output", str(path), *CAL_TINY, "--json", str(js))
+    assert rc == 0
+    data = json.loads(js.read_text())
+    assert data["wrote"] == str(path) and data["comparison"]
+    for key in ("default", "calibrated"):
+        assert not [v for v in data[key].values() if isinstance(v, int) and v >= 1 << 62]
+        assert data[key]["max_threads"] is None or data[key]["max_threads"] > 0
+
+
 def test_info_in_process_lists_every_feature_with_status():
     from clearpages.tools.report import info_data
 
@@ -142,7 +169,7 @@ def test_plan_bad_size_subprocess():
 
 def test_bench_table_and_json(tmp_path):
     out_json = tmp_path / "b.json"
-    rc, out = call("bench", "--sizes", "4K,64K", *TINY, "--json", str(out_json))
+    rc, out = call("bench", "--sizes", "4K,64K", *TINY, "--json", str(out_json), "--wide")
     assert rc == 0
     for text in ("warm GB/s", "cold GB/s", "x libc", "score", cp.cpu().vendor,
                  "zero scan", "is_zero GB/s", "early exit"):
@@ -191,6 +218,9 @@ def test_bench_table_and_json(tmp_path):
                                    if x["size"] == g["size"] and x["scenario"] == r["scenario"]
                                    and x["name"] in cp.ALL_METHODS) for r in auto))
         assert g["best"] in cp.methods() and isinstance(g["ok"], bool)
+        # The verdict names its outcome, the goal that decided it and the figure.
+        assert g["outcome"] in ("met", "missed", "unmeasured, retake")
+        assert g["verdict"].startswith(g["outcome"]) and "goal" in g["verdict"]
     assert "auto judged by its worse case" in out
 
 
@@ -288,22 +318,80 @@ def test_bench_subprocess_progress_on_stderr():
     assert "bench:" not in r.stdout
 
 
+class _Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
 def test_progress_lines_and_bar():
     s = io.StringIO()
-    p = Progress("x", stream=s)
+    p = Progress("x", stream=s, clock=_Clock())
     p(1, 4, "a")
     p(2, 4, "a")
     p(3, 4, "b")
     assert s.getvalue() == "x: a (1/4)\nx: b (3/4)\n"
-
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-    t = Tty()
-    p = Progress("x", stream=t)
+    t = _Tty()
+    p = Progress("x", stream=t, clock=_Clock())
     p(2, 4, "a")
     p.close()
-    assert "[" in t.getvalue() and "2/4" in t.getvalue()
+    assert "[" in t.getvalue() and " 50%" in t.getvalue()
+
+
+def test_progress_says_the_time_left(monkeypatch):
+    """Once a step is done and a second has passed: the time so far scaled
+    by the steps left, in the bar and in the plain lines."""
+    monkeypatch.setenv("COLUMNS", "80")
+    clock = _Clock()
+    t = _Tty()
+    p = Progress("programs", stream=t, clock=clock)
+    p(0, 10, "warm 16 KiB")
+    assert "left" not in t.getvalue()
+    clock.t += 30
+    p(2, 10, "warm 64 KiB")
+    last = t.getvalue().split("\r")[-1]
+    assert "~2 min 0 s left" in last and " 20%" in last and "warm 64 KiB" in last
+    assert len(last.replace("\x1b[K", "")) <= 80
+    s = io.StringIO()
+    p = Progress("calibrate", stream=s, clock=clock)
+    clock.t += 5
+    p(1, 3, "4 KiB")
+    assert s.getvalue() == "calibrate: 4 KiB (1/3, ~10 s left)\n"
+
+
+def test_durations_in_words():
+    from clearpages.tools.output import duration
+
+    assert [duration(x) for x in (0.4, 45, 125, 900, 3 * 3600 + 60 * 7)] == [
+        "0 s", "45 s", "2 min 5 s", "15 min", "3 h 7 min"]
+
+
+def test_every_run_longer_than_a_few_seconds_says_its_duration_in_help(capsys):
+    for args in (["bench", "--help"], ["calibrate", "--help"]):
+        assert main(args) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "minute" in text, text
+    assert main(["bench", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--quick", "--programs", "--profile", "--scan"):
+        part = text.split(option, 1)[1].split(" --", 1)[0]
+        assert "minute" in part or " s " in part or "seconds" in part, (option, part)
+
+
+def test_the_console_script_names_itself_in_its_usage(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/clearpages"])
+    assert main(["plan"]) == 2
+    assert capsys.readouterr().err.startswith("usage: clearpages plan")
+    monkeypatch.setattr(sys, "argv", ["/x/clearpages/__main__.py"])
+    assert main(["plan"]) == 2
+    assert capsys.readouterr().err.startswith("usage: python -m clearpages plan")
 
 
 # ---- calibrate ----------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The command line reads as prose: lines within 100 columns, reasons that
-are one plain sentence, every command described, sizes said for what they are."""
+"""The command line reads as prose: lines within the terminal's width (80
+columns unless COLUMNS says otherwise), reasons that are one plain sentence,
+every command described, sizes said for what they are."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import clearpages as cp
 from clearpages import _policy
 from clearpages.tools.cli import main, parser
 
-WIDTH = 100
+WIDTH = 80
+
+
+@pytest.fixture(autouse=True)
+def no_columns(monkeypatch):
+    """The width this file means: no COLUMNS from the caller's terminal."""
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 def call(*args: str) -> str:
@@ -22,8 +29,10 @@ def call(*args: str) -> str:
     return out.getvalue()
 
 
-def too_wide(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if len(ln) > WIDTH]
+def too_wide(text: str, width: int = WIDTH) -> list[str]:
+    """The lines past the width, but for a lone word (a path) longer than
+    the width itself, which is never broken."""
+    return [ln for ln in text.splitlines() if len(ln) > width and len(ln.split()) > 1]
 
 
 @pytest.mark.parametrize("args", [
@@ -35,13 +44,43 @@ def too_wide(text: str) -> list[str]:
     ("plan", "64M", "--threads", "auto"),
     ("bench", "--sizes", "4K,1M", *TINY),
     ("bench", "--sizes", "4K", "--methods", "auto,libc", *TINY),
+    ("bench", "--scan", "--sizes", "64K", *TINY),
+    ("bench", "--programs", "--sizes", "16K", "--repeat", "2", "--target-ms", "0.05",
+     "--quiet"),
 ])
-def test_every_line_fits_in_100_columns(args):
+def test_every_line_fits_in_80_columns(args):
     assert too_wide(call(*args)) == []
 
 
-def test_calibrate_fits_in_100_columns(tmp_path):
+@pytest.mark.parametrize("args", [
+    ("info",),
+    ("plan", "1G"),
+    ("bench", "--sizes", "4K,1M", *TINY),
+])
+def test_columns_is_the_width_and_wide_lifts_it(args, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    narrow = call(*args)
+    assert too_wide(narrow, 60) == [], narrow
+    monkeypatch.delenv("COLUMNS")
+    wide = call(*args, "--wide")
+    assert max(map(len, wide.splitlines())) > WIDTH
+
+
+def test_calibrate_fits_in_80_columns(tmp_path):
     assert too_wide(call("calibrate", "--output", str(tmp_path / "p.json"), *CAL_TINY)) == []
+
+
+def test_a_table_too_wide_for_its_words_drops_optional_columns_and_says_so(monkeypatch):
+    from clearpages.tools.output import table
+
+    monkeypatch.setenv("COLUMNS", "40")
+    out = io.StringIO()
+    table([("a", "b" * 12, "c" * 12, "d" * 12)], ("one", "two", "three", "four"), out,
+          optional=(2, 1))
+    text = out.getvalue()
+    assert "c" * 12 not in text and "b" * 12 in text and "d" * 12 in text
+    assert "three not shown in 40 columns" in " ".join(text.split())
+    assert max(map(len, text.splitlines())) <= 40
 
 
 def test_tables_wrap_their_last_column_under_itself():

@@ -90,14 +90,18 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     cpu = st.cpu
     m = data["machine"]
     v = m["versions"]
-    print("clearpages %s  Python %s, cffi %s, numpy %s, matplotlib %s" % (
+    _output.say("clearpages %s  Python %s, cffi %s, numpy %s, matplotlib %s" % (
         v["clearpages"], v["python"], v["cffi"], v["numpy"] or "not installed",
-        v["matplotlib"] or "not installed"), file=out)
-    print("system      %s, transparent huge pages: %s" % (m["kernel"], m["thp"]), file=out)
+        v["matplotlib"] or "not installed"), out, hang=" " * 12)
+    _output.say("system      %s, transparent huge pages: %s" % (m["kernel"], m["thp"]), out,
+                hang=" " * 12)
     b = data["build"]
     print("build       %s" % ("portable (libc memset only)" if b["portable"] else
                               "native (%d routines)" % len(b["routines"])), file=out)
-    print("extension   %s" % b["extension"], file=out)
+    # A path is not broken: on a line of its own where it would pass the width.
+    ext = "extension   %s" % b["extension"]
+    print(ext if len(ext) <= _output.columns() else "extension\n  %s" % b["extension"],
+          file=out)
     print("\nCPU", file=out)
     print("  vendor    %s" % cpu.vendor, file=out)
     print("  brand     %s" % (cpu.brand or "(none)"), file=out)
@@ -122,8 +126,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
              r["summary"] if r["usable"] else r["why_not"]) for r in data["methods"]],
            ("method", "usable", "stores", "what / why not"), out)
     z = data["zero_scan"]
-    print("\nzero scan   %s (is_zero, nonzero_pages); usable here: %s" % (
-        z["variant"], ", ".join(z["usable"])), file=out)
+    print(file=out)
+    _output.say("zero scan   %s (is_zero, nonzero_pages); usable here: %s" % (
+        z["variant"], ", ".join(z["usable"])), out, hang=" " * 12)
     th = st.thresholds
     print("\nthresholds (source: %s)" % th.source, file=out)
     rows = [(_report.LABEL.get(k, k), _output.show_value(k, getattr(th, k), cpu.cores),
@@ -302,7 +307,7 @@ def _bench_scan(args: argparse.Namespace, sizes: list[int], out: TextIO,
         return data
     table_out = sys.stderr if args.json == "-" else out
     if json_out is out and not args.json:
-        print(_output.cpu_line(_core.cpu()), file=out)
+        _output.say(_output.cpu_line(_core.cpu()), out)
     _scanbench.report(data, table_out)
     if args.json:
         _output.dump_json(data, args.json, out)
@@ -361,7 +366,7 @@ def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: Text
     finally:
         progress.close()
     cpu = _core.cpu()
-    print("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), file=out)
+    _output.say("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), out)
     _programs.report(res, out)
     return 0
 
@@ -415,6 +420,8 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         progress.close()
     th, d = result.thresholds, result.default
+    # With --json - the JSON owns stdout and the tables move to stderr.
+    json_to, out = (out, sys.stderr) if args.json == "-" else (out, out)
     _output.say("clearpages calibrate on %s" % _output.cpu_line(cpu), out)
     _output.say("rule: %s" % _calibrate.RULE, out)
     _output.say("caches %s; %s run" % (_output.cache_line(cpu), "custom" if args.sizes else
@@ -442,6 +449,10 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     extra = {"quick": bool(args.quick), "comparison": result.comparison(cpu)}
     written = _calibration.save(path, cpu, th, extra=extra)
     print("\nwrote %s" % written, file=out)
+    if args.json:
+        _output.dump_json({"machine": _report.machine(), "rule": _calibrate.RULE,
+                           "default": d.as_json(), "calibrated": th.as_json(),
+                           "wrote": str(written), **extra}, args.json, json_to)
     if named:
         if os.path.abspath(os.path.expanduser(named)) != os.path.abspath(written):
             note = ("note: auto reads %s (CLEARPAGES_CALIBRATION), which does not exist yet"
@@ -464,17 +475,22 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
 # ---- the parser -------------------------------------------------------------------
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m clearpages",
+        prog=prog,
         description="Zero memory as fast as the hardware allows: what this machine has, "
                     "what auto does, how fast it is.")
     p.add_argument("--version", action="version", version="clearpages %s" % __version__)
+    # Every command prints for the terminal's width (COLUMNS, else 80).
+    fitted = argparse.ArgumentParser(add_help=False)
+    fitted.add_argument("--wide", action="store_true",
+                        help="print tables whole and prose unbroken, whatever the "
+                             "terminal's width (default: fitted to COLUMNS, else 80)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     info = sub.add_parser(
-        "info", help="the CPU, caches, features, methods, thresholds",
+        "info", parents=[fitted], help="the CPU, caches, features, methods, thresholds",
         description="What this machine has and what auto does on it: the CPU and its "
                     "caches, the features found, the routines usable here (and why not "
                     "where one is not), the thresholds in force with their evidence, what "
@@ -483,7 +499,7 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
 
     plan = sub.add_parser(
-        "plan", help="what auto does for SIZE bytes, and why",
+        "plan", parents=[fitted], help="what auto does for SIZE bytes, and why",
         description="What clear() with method='auto' does for SIZE bytes: the routine, "
                     "the threads, whether it is one call or a job, the reason and the "
                     "evidence for each threshold the reason names.  With --count N, SIZE "
@@ -499,14 +515,15 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="machine-readable output")
 
     b = sub.add_parser(
-        "bench", help="every method and the usual alternatives, side by side",
+        "bench", parents=[fitted], help="every method and the usual alternatives, side by side",
         description="How fast every routine this machine runs, auto, the C library's "
                     "memset behind ctypes (ctypes.memset) and numpy clear here, side by "
                     "side, on warm and on cold buffers, one thread; then auto judged "
-                    "against its goals, and the zero scan.  --profile writes this "
-                    "machine's profile instead.")
+                    "against its goals, and the zero scan (about two minutes; a bar on "
+                    "stderr says the time left).  --profile writes this machine's profile "
+                    "instead.")
     b.add_argument("--quick", action="store_true",
-                   help="sizes %s, fewer repeats (well under a minute)"
+                   help="sizes %s, fewer repeats (under a minute)"
                         % ",".join(_report.QUICK_SIZES))
     b.add_argument("--sizes", type=_sizes_arg, nargs="+", metavar="SIZE",
                    help="sizes to measure (default %s)" % ",".join(_report.FULL_SIZES))
@@ -527,16 +544,17 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--profile", metavar="FILE",
                    help="write this machine's profile (every routine called directly, "
                         "warm and cold, 4 KiB to 1 GiB) as JSON and replay the default "
-                        "policy against it")
+                        "policy against it (about three minutes)")
     b.add_argument("--programs", action="store_true",
                    help="whole programs instead of clears: a clear, then what the program "
                         "does with the buffer (pad a batch, a scratch buffer, a page pool, "
                         "a wipe; a hot buffer and a cold pool together), warm and cold; "
-                        "auto's ratio to the best candidate, with its spread")
+                        "auto's ratio to the best candidate, with its spread (about three "
+                        "minutes; with --quick about one)")
     b.add_argument("--scan", action="store_true",
                    help="only the zero scan section: is_zero against numpy's a.any(), "
                         "warm and cold, and its early exit (it follows the clear table "
-                        "when no --methods are given)")
+                        "when no --methods are given; alone, under a minute)")
     b.add_argument("--pool", action="store_true",
                    help="cp.Pool against fresh memory: acquire's latency, the time to a "
                    "zeroed resident buffer (64 MiB, and 1 GiB without --quick) against "
@@ -547,16 +565,21 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)
 
     c = sub.add_parser(
-        "calibrate", help="measure this machine's crossovers, write the policy file auto "
-                          "reads",
+        "calibrate", parents=[fitted],
+        help="measure this machine's crossovers, write the policy file auto reads",
         description="Measure every usable routine at sizes from a few hundred bytes to past "
                     "the caches, warm and cold, and the thread counts; keep the thresholds "
                     "that score best by the worse case, and write them where auto reads "
-                    "them (CLEARPAGES_CALIBRATION, or the cache directory).")
-    c.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+                    "them (CLEARPAGES_CALIBRATION, or the cache directory).  A few minutes; "
+                    "a bar on stderr says the time left.")
+    c.add_argument("--quick", action="store_true",
+                   help="fewer sizes and repeats (about a minute)")
     c.add_argument("--output", metavar="PATH",
                    help="where to write (default: the file auto reads, in "
                         "$XDG_CACHE_HOME/clearpages/)")
+    c.add_argument("--json", metavar="FILE",
+                   help="also write the thresholds (default and calibrated, no limit as "
+                        "null) and the comparison as JSON ('-': stdout)")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--sizes", type=_sizes_arg, nargs="+", help=argparse.SUPPRESS)
     c.add_argument("--thread-sizes", type=_sizes_arg, nargs="+", help=argparse.SUPPRESS)
@@ -573,11 +596,14 @@ COMMANDS = {"info": cmd_info, "plan": cmd_plan, "bench": cmd_bench,
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """The command line; returns the exit status (2: bad usage)."""
-    p = parser()
+    # The console script's usage lines name it; python -m's name the module.
+    p = parser("clearpages" if os.path.basename(sys.argv[0] or "") == "clearpages"
+               else "python -m clearpages")
     try:
         args = p.parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
+    _output.set_wide(args.wide)
     try:
         return COMMANDS[args.command](args, out or sys.stdout)
     except (UsageError, _config.ConfigError) as e:
@@ -585,6 +611,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    finally:
+        _output.set_wide(False)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._cpu import CPU
 from .._policy import NEVER
 from .._units import format_size
+from .profile import MISSED, UNMEASURED
 
 SCENARIOS = ("warm", "cold")
 
@@ -26,40 +29,97 @@ def cache_line(cpu: CPU) -> str:
                      for k, v in (("L1d", cpu.l1d), ("L2", cpu.l2), ("L3", cpu.l3)))
 
 
-#: Every line the command line prints fits in this many columns.
-WIDTH = 100
+#: The width output is fitted to when no terminal says otherwise.
+DEFAULT_COLUMNS = 80
+#: Narrower than this, nothing is fitted (a table needs some room).
+MIN_COLUMNS = 40
+_wide = False
+
+
+def set_wide(on: bool) -> None:
+    """--wide: print every table whole, at its natural width, and prose
+    unbroken (for a wide terminal, a file or a pipe to a script)."""
+    global _wide
+    _wide = bool(on)
+
+
+def columns() -> int:
+    """The width every line is fitted to: COLUMNS when set, else the
+    terminal's, else 80; no limit with --wide."""
+    if _wide:
+        return sys.maxsize
+    return max(MIN_COLUMNS, shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns)
 
 
 def say(text: str, out: TextIO, indent: str = "", hang: str = "  ") -> None:
-    """Print prose wrapped to WIDTH columns: the first line after indent,
-    the rest after indent + hang."""
-    print(textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent + hang,
-                        break_long_words=False, break_on_hyphens=False), file=out)
+    """Print prose wrapped to the width (columns()): the first line after
+    indent, the rest after indent + hang."""
+    print(textwrap.fill(text, min(columns(), 1 << 16), initial_indent=indent,
+                        subsequent_indent=indent + hang, break_long_words=False,
+                        break_on_hyphens=False), file=out)
+
+
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
+def _fit(natural: list[int], least: list[int], room: int) -> list[int] | None:
+    """Column widths within room: each at least its longest word, the room
+    left over shared so that narrow columns keep their natural width and
+    the widest give way first; None where even the least does not fit."""
+    if sum(least) > room:
+        return None
+    widths = list(least)
+    left = room - sum(least)
+    wanting = sorted(range(len(natural)), key=lambda i: natural[i] - least[i])
+    for k, i in enumerate(wanting):
+        share = left // (len(wanting) - k)
+        give = min(natural[i] - least[i], share)
+        widths[i] += give
+        left -= give
+    return widths
 
 
 def table(rows: Sequence[Sequence[Any]], head: Sequence[str], out: TextIO,
-          right: Sequence[int] = ()) -> None:
-    """Columns two spaces apart; a last column of prose that would pass
-    WIDTH wraps under itself."""
+          right: Sequence[int] = (), optional: Sequence[int] = ()) -> None:
+    """Columns two spaces apart, fitted to the width (columns()): a cell or a
+    heading that does not fit its column wraps at its spaces onto more lines
+    (right: columns aligned right), and where the longest words alone do not
+    fit, the optional columns go, in the order given, and a line after the
+    table names them (--wide prints them all)."""
     cells = [[str(c) for c in head]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
-    start = sum(widths[:-1]) + 2 * (len(widths) - 1)
-    last = max(WIDTH - start, 20)
-    if len(head) - 1 not in right:
-        widths[-1] = min(widths[-1], last)
+    room = columns()
+    shown = list(range(len(head)))
+    dropped: list[int] = []
+    while True:
+        gaps = 2 * (len(shown) - 1)
+        natural = [max(len(r[i]) for r in cells) for i in shown]
+        least = [max(_longest_word(r[i]) for r in cells) for i in shown]
+        # Headings wrap first; cells only where that is not enough.
+        body = [max([len(r[i]) for r in cells[1:]] + [least[k]]) for k, i in enumerate(shown)]
+        widths = _fit(natural, body, room - gaps) or _fit(body, least, room - gaps)
+        rest = [i for i in optional if i in shown]
+        if widths is not None or not rest:
+            break
+        shown.remove(rest[0])
+        dropped.append(rest[0])
+    if widths is None:              # too narrow for the words themselves: as they are
+        widths = least
     for n, r in enumerate(cells):
-        lead = "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(r[:-1], widths)))
-        if len(r) - 1 in right:
-            tail = [r[-1].rjust(widths[-1])]
-        else:
-            tail = textwrap.wrap(r[-1], last, break_long_words=False,
-                                 break_on_hyphens=False) or [""]
-        print(((lead + "  " if lead else "") + tail[0]).rstrip(), file=out)
-        for more in tail[1:]:
-            print(" " * start + more, file=out)
+        parts = [textwrap.wrap(r[i], w, break_long_words=False, break_on_hyphens=False)
+                 or [""] for i, w in zip(shown, widths)]
+        for k in range(max(map(len, parts))):
+            line = "  ".join(
+                (p[k] if k < len(p) else "").rjust(w) if i in right else
+                (p[k] if k < len(p) else "").ljust(w)
+                for i, w, p in zip(shown, widths, parts))
+            print(line.rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * w for w in widths), file=out)
+    if dropped:
+        say("(%s not shown in %d columns: --wide, or a wider terminal or COLUMNS, shows "
+            "%s)" % (", ".join(str(head[i]) for i in dropped), room,
+                     "it" if len(dropped) == 1 else "them"), out)
 
 
 def dump_json(data: Any, path: str, out: TextIO | None = None) -> None:
@@ -82,28 +142,56 @@ def show_value(field: str, value: Any, cores: int) -> str:
     return str(value)
 
 
-class Progress:
-    """A bar on stderr when it is a terminal; plain lines otherwise, so CI
-    logs stay readable.  quiet: nothing."""
+def duration(seconds: float) -> str:
+    """'45 s', '2 min 5 s', '1 h 3 min': a time left or taken, in words."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return "%d s" % s
+    if s < 3600:
+        return "%d min %d s" % divmod(s, 60) if s < 600 else "%d min" % round(s / 60)
+    return "%d h %d min" % (s // 3600, round(s % 3600 / 60))
 
-    def __init__(self, label: str, stream: TextIO | None = None, quiet: bool = False):
+
+class Progress:
+    """A bar with the time left on stderr when it is a terminal (fitted to
+    its width); plain lines otherwise, one a step, so CI logs stay readable.
+    quiet: nothing.  The time left is the time so far scaled by the steps
+    left, said once a step is done and a second has passed."""
+
+    def __init__(self, label: str, stream: TextIO | None = None, quiet: bool = False,
+                 clock: Any = time.monotonic):
         self.label = label
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last = ""
+        self._clock = clock
+        self._start = clock()
+
+    def left(self, done: int, total: int) -> str:
+        """'~2 min 5 s left', or '' before there is anything to go by."""
+        spent = self._clock() - self._start
+        if done < 1 or spent < 1 or done >= total:
+            return ""
+        return "~%s left" % duration(spent * (total - done) / done)
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if self.quiet:
             return
+        left = self.left(done, total)
         if self.tty:
-            width = 30
-            fill = int(width * done / max(total, 1))
-            self.stream.write("\r%s [%s%s] %d/%d %s\x1b[K" % (
-                self.label, "#" * fill, "." * (width - fill), done, total, what))
+            width = min(columns(), 200)
+            bar = 20 if width >= 70 else 10
+            fill = int(bar * done / max(total, 1))
+            head = "%s [%s%s] %3d%%%s " % (self.label, "#" * fill, "." * (bar - fill),
+                                          100 * done // max(total, 1),
+                                          " " + left if left else "")
+            tail = what[:max(0, width - 1 - len(head))]
+            self.stream.write("\r%s%s\x1b[K" % (head, tail))
             self.stream.flush()
         elif what != self._last:
-            self.stream.write("%s: %s (%d/%d)\n" % (self.label, what, done, total))
+            self.stream.write("%s: %s (%d/%d%s)\n" % (self.label, what, done, total,
+                                                      ", " + left if left else ""))
             self.stream.flush()
         self._last = what
 
@@ -165,32 +253,33 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
             first = False
     print(file=out)
     table(rows, ("size", "method", "warm GB/s", "cold GB/s", "warm x libc",
-                 "cold x libc", "score", "note"), out, right=(2, 3, 4, 5, 6))
+                 "cold x libc", "score", "note"), out, right=(2, 3, 4, 5, 6),
+          optional=(4, 5, 7))
     goals = data.get("goals") or []
     if goals:
         print(file=out)
-        say("auto judged by its worse case, scored as above. Goals: within 10% of the best "
-            "static routine, never below the rival score, the best of libc, ctypes.memset "
-            "and numpy.fill, and 1.2x libc at 1-4x the L3. noise: the interquartile range "
-            "of auto's ratio to those, repeat by repeat, at least 5%; a shortfall within it "
-            "is '~', not a miss.", out)
+        say("auto judged by its worse case, scored as above. Goals: at least 0.90 of the "
+            "best routine's score, at least the best score of memset, ctypes.memset and "
+            "numpy.fill (rival), and 1.2x memset at 1-4x the L3 (x libc at L3), each met "
+            "within 5%. spread: the interquartile range of auto's ratios to those, repeat "
+            "by repeat; where it reaches past a goal as far as auto is from it, the "
+            "repeats cannot tell, and the verdict is unmeasured.", out)
 
         def f(x: float | None) -> str:
             return "-" if x is None else "%.2f" % x
-        shown = {"ok": "ok", "noise": "~ (within noise)", "MISSES": "MISSES"}
         table([(format_size(g["size"]), f(g["auto_score"]), g["best"], f(g["best_score"]),
                 f(g["rival_score"]), f(g["near_l3_ratio"]),
-                "%.0f%%" % (100 * g.get("noise", 0.05)),
-                shown[g.get("verdict", "ok" if g["ok"] else "MISSES")])
+                "%.0f%%" % (100 * g.get("noise", 0.0)), g["verdict"])
                for g in goals],
               ("size", "auto score", "best routine", "its score", "rival score",
-               "x libc at L3", "noise", "goal"), out, right=(1, 3, 4, 5, 6))
-        verdicts = {g.get("verdict") for g in goals}
-        if "noise" in verdicts:
-            say("~: short of a goal by less than the noise measured there; to tell, rerun "
-                "with more samples (--repeat 31) when the machine is quieter", out)
-        if "MISSES" in verdicts:
-            say("MISSES: short beyond the noise; run `python -m clearpages calibrate` "
+               "x libc at L3", "spread", "verdict"), out, right=(1, 3, 4, 5, 6),
+              optional=(5, 4, 3))
+        outcomes = {g.get("outcome") for g in goals}
+        if UNMEASURED in outcomes:
+            say("unmeasured: the repeats spread too wide to tell; retake with more samples "
+                "(--repeat 31) when the machine is quieter", out)
+        if MISSED in outcomes:
+            say("missed: short of the goal named; run `python -m clearpages calibrate` "
                 "(auto then starts from this machine's own crossovers), bench again, "
                 "and if a miss stays, report it with this table and "
                 "`python -m clearpages info`", out)
@@ -254,11 +343,12 @@ def plot_bench(data: dict[str, Any], cpu: CPU, path: str, version: str) -> None:
 
 
 def print_replay(verdicts: Sequence[Any], label: str, out: TextIO) -> None:
-    """The default policy judged against a profile, one row a size."""
+    """The default policy judged against a profile, one row a size; the
+    verdict names the goal that decided it, with its figure."""
     print("the default policy replayed against %s" % label, file=out)
     table([(format_size(v.size), v.choice, "%.2f" % v.score if v.score is not None else "-",
             v.best, "%.2f" % v.best_score,
             "%.2f" % v.memset_score if v.memset_score is not None else "-",
-            "ok" if v.ok else "MISSES") for v in verdicts],
-          ("size", "auto", "score", "best static", "score", "best rival", "goal"), out,
-          right=(2, 4, 5))
+            v.outcome()[1]) for v in verdicts],
+          ("size", "auto", "score", "best static", "score", "best rival", "verdict"), out,
+          right=(2, 4, 5), optional=(5, 4))

@@ -533,22 +533,27 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
 
 
 def report(res: Result, out: Any) -> None:
-    from .output import table
+    from .output import say, table
 
-    print("auto's ratio to the best candidate (best time / auto's time; 1.00 is as fast), "
-          "[interquartile range of the per-round ratio]; median of %d interleaved rounds; "
-          "cold: a different buffer each step, walking a %s pool"
-          % (res.settings["rounds"], format_size(res.settings["cold_pool"])), file=out)
+    say("auto's ratio to the best candidate (best time / auto's time; 1.00 is as fast), "
+        "[interquartile range of the per-round ratio]; median of %d interleaved rounds; "
+        "cold: a different buffer each step, walking a %s pool"
+        % (res.settings["rounds"], format_size(res.settings["cold_pool"])), out)
     head, rows = table_rows(res)
-    table(rows, head, out)
+    # Where the terminal is narrow the words' columns go first (the goals
+    # below judge hot=True), then the best candidates' names.
+    words = [i for i, h in enumerate(head) if "hot=" in h]
+    best = [i for i, h in enumerate(head) if h.endswith(" best")]
+    table(rows, head, out, optional=words + best)
     if res.mixed:
-        print("\nmixed: a hot scratch buffer (cleared, written, summed) and a cold pool page "
-              "of the same size cleared in turn; auto against the best per-buffer pair",
-              file=out)
+        print(file=out)
+        say("mixed: a hot scratch buffer (cleared, written, summed) and a cold pool page "
+            "of the same size cleared in turn; auto against the best per-buffer pair", out)
         head, rows = mixed_rows(res)
-        table(rows, head, out)
+        table(rows, head, out, optional=(3, 4))
     head, rows, advice = goal_rows(res)
-    print("\ngoals: auto's worst workload per case and size (the goal in brackets)", file=out)
+    print(file=out)
+    say("goals: auto's worst workload per case and size (the goal in brackets)", out)
     table(rows, head, out)
     for a in advice:
-        print(a, file=out)
+        say(a, out)

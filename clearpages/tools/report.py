@@ -121,7 +121,7 @@ def info_data() -> dict[str, Any]:
                     for r in ROUTINES],
         "thresholds": {
             "source": th.source,
-            "values": {k: getattr(th, k) for k in SHOWN},
+            "values": {k: v for k, v in th.as_json().items() if k in SHOWN},
             "why": {k: threshold_why(th, k) for k in SHOWN},
         },
         "rule": _calibrate.RULE,
@@ -159,8 +159,8 @@ def spread_of(cases: _measure.Cases, best: str) -> float:
     interquartile range, relative to its median, of auto's ratio to the best
     static routine and to memset, repeat by repeat (the candidates of a
     repeat run back to back, so a change of the machine's load lands on
-    both); never under the 5% allowance a single quiet run needs."""
-    spreads = [_profile.NOISE]
+    both)."""
+    spreads = [0.0]
     for row in cases.values():
         auto = row.get(_measure.AUTO)
         if auto is None:
@@ -216,11 +216,11 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                                near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3,
                                rivals=[n for n in _measure.COMPETITORS if n in names])
             noise = spread_of(cases, v.best)
-            verdict = "ok" if v.ok else "noise" if v.ok_within(noise) else "MISSES"
+            outcome, words = v.outcome(noise)
             goals.append({"size": size, "auto_score": v.score, "best": v.best,
                           "best_score": v.best_score, "rival_score": v.memset_score,
-                          "near_l3_ratio": v.near_l3_ratio, "ok": v.ok, "noise": noise,
-                          "verdict": verdict})
+                          "near_l3_ratio": v.near_l3_ratio, "ok": outcome == _profile.MET,
+                          "noise": noise, "outcome": outcome, "verdict": words})
         planned = _core.plan(size, threads=1).method
         medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
         # One rule for both tables: every row, auto and the competitors too,
@@ -240,7 +240,8 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
     return {
         "machine": machine(),
         "thresholds": {"source": th.source,
-                       "values": {k: getattr(th, k) for k in _calibration.FIELDS}},
+                       "values": {k: v for k, v in th.as_json().items()
+                                  if k in _calibration.FIELDS}},
         "rule": _calibrate.RULE,
         "settings": {"repeat": repeat, "target_s": target_s, "budget_s": budget_s,
                      "sizes": sizes, "names": names, "scenarios": list(scenarios),

@@ -1,7 +1,9 @@
-"""The scan section of ``python -m clearpages bench``: is_zero against numpy.
+"""The scan section of ``python -m clearpages bench``: is_zero against numpy,
+and against clearing the same buffer.
 
 At each size, ``is_zero`` and numpy's ``a.any()`` (the usual way to ask
-"is it all zero?") read the same zero buffer, interleaved round by round:
+"is it all zero?") read the same zero buffer, and ``clear`` writes it, so
+that the table says whether checking first pays, interleaved round by round:
 warm (the same buffer again and again, in cache where it fits) and cold (a
 different buffer each call, walking a pool larger than the last-level
 cache, the measuring engine's cold pool).  Then the early exit: the largest
@@ -43,10 +45,7 @@ def _calls_for(fn: Callable[[int], Any], target_s: float) -> int:
 def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
             progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """{"rows": [...], "early_exit": {...} or None, "numpy": bool, "scan": variant}."""
-    try:
-        import numpy as np
-    except ImportError:
-        np = None  # type: ignore[assignment]
+    np = _numpy()
     from .._dispatch import state
 
     pool_bytes = max(max(sizes), _measure.cold_pool_size())
@@ -73,7 +72,8 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
                                            if raw is not None else None)
                 k = len(views)
                 held["cands"] = cands = {
-                    "is_zero": lambda i, v=views, k=k: _scan.is_zero(v[i % k])}
+                    "is_zero": lambda i, v=views, k=k: _scan.is_zero(v[i % k]),
+                    "clear": lambda i, v=views, k=k: _core.clear(v[i % k])}
                 if arrays is not None:
                     cands["numpy a.any()"] = lambda i, a=arrays, k=k: a[i % k].any()
                 calls = {n: _calls_for(f, target_s) for n, f in cands.items()}
@@ -85,6 +85,8 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
                 med = {n: statistics.median(xs) for n, xs in samples.items()}
                 rows.append({"size": size, "scenario": sc,
                              "is_zero_gbps": size / med["is_zero"] / 1e9,
+                             "clear_gbps": size / med["clear"] / 1e9,
+                             "over_clear": med["clear"] / med["is_zero"],
                              "numpy_gbps": (size / med["numpy a.any()"] / 1e9
                                             if "numpy a.any()" in med else None),
                              "ratio": (med["numpy a.any()"] / med["is_zero"]
@@ -107,29 +109,36 @@ def measure(sizes: Sequence[int], *, repeat: int = 9, target_s: float = 0.002,
             "scan": state().scan, "cold_pool": pool_bytes}
 
 
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
 def report(data: dict[str, Any], out: TextIO) -> None:
-    from .output import say
+    from .output import say, table
 
     print(file=out)
-    say("zero scan (%s): is_zero against numpy's a.any() on a zero buffer, GB/s at the "
-        "median; warm: the same buffer again and again; cold: a different buffer each "
-        "call, walking a %s pool" % (data["scan"], format_size(data["cold_pool"])), out)
+    say("zero scan (%s): is_zero against numpy's a.any() on a zero buffer, and against "
+        "clear of the same buffer (auto), GB/s at the median; warm: the same buffer "
+        "again and again; cold: a different buffer each call, walking a %s pool. "
+        "is_zero / clear below 1: checking a buffer that is already zero costs more than "
+        "clearing it" % (data["scan"], format_size(data["cold_pool"])), out)
     if not data["numpy"]:
-        print("(numpy is not installed: is_zero alone; pip install numpy to compare)",
-              file=out)
-    head = ("size", "case", "is_zero GB/s", "a.any() GB/s", "is_zero / a.any()")
+        say("(numpy is not installed: is_zero alone; pip install numpy to compare)", out)
+    head = ("size", "case", "is_zero GB/s", "a.any() GB/s", "is_zero / a.any()",
+            "clear GB/s", "is_zero / clear")
     rows = [(format_size(r["size"]), r["scenario"], "%.1f" % r["is_zero_gbps"],
              "%.1f" % r["numpy_gbps"] if r["numpy_gbps"] else "-",
-             "%.2fx" % r["ratio"] if r["ratio"] else "-") for r in data["rows"]]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
-              for i, h in enumerate(head)]
-    print("  ".join(h.rjust(w) for h, w in zip(head, widths)), file=out)
-    for row in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)), file=out)
+             "%.2fx" % r["ratio"] if r["ratio"] else "-",
+             "%.1f" % r["clear_gbps"], "%.2fx" % r["over_clear"]) for r in data["rows"]]
+    table(rows, head, out, right=(2, 3, 4, 5, 6))
     e = data["early_exit"]
     if e:
         line = "early exit: %s whose first byte is nonzero: is_zero %.2f us" % (
             format_size(e["size"]), e["is_zero_s"] * 1e6)
         if "numpy_s" in e:
             line += ", a.any() %.0f us" % (e["numpy_s"] * 1e6)
-        print(line, file=out)
+        say(line, out)
