@@ -8,4 +8,4 @@ import sys
 from .tools.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m clearpages"))

@@ -129,6 +129,7 @@ def test_plan_sizes(text, size):
     assert "(%d bytes)" % size in out
 
 
+@pytest.mark.auto_policy
 def test_plan_count_threads_json():
     rc, out = call("plan", "64K", "--count", "16", "--threads", "1", "--json")
     assert rc == 0
@@ -392,6 +393,8 @@ def test_the_console_script_names_itself_in_its_usage(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["/x/clearpages/__main__.py"])
     assert main(["plan"]) == 2
     assert capsys.readouterr().err.startswith("usage: python -m clearpages plan")
+    r = run_cli("plan")             # python -m clearpages, whatever argv[0] says
+    assert r.returncode == 2 and r.stderr.startswith("usage: python -m clearpages plan")
 
 
 # ---- calibrate ----------------------------------------------------------------

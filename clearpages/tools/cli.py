@@ -594,11 +594,15 @@ COMMANDS = {"info": cmd_info, "plan": cmd_plan, "bench": cmd_bench,
             "calibrate": cmd_calibrate}
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """The command line; returns the exit status (2: bad usage)."""
-    # The console script's usage lines name it; python -m's name the module.
-    p = parser("clearpages" if os.path.basename(sys.argv[0] or "") == "clearpages"
-               else "python -m clearpages")
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
+         prog: str | None = None) -> int:
+    """The command line; returns the exit status (2: bad usage).  prog: the
+    name usage lines give (``python -m clearpages`` passes its own; the
+    console script, called by that name, is ``clearpages``)."""
+    if prog is None:
+        prog = ("clearpages" if os.path.basename(sys.argv[0] or "") == "clearpages"
+                else "python -m clearpages")
+    p = parser(prog)
     try:
         args = p.parse_args(argv)
     except SystemExit as e:
