@@ -406,7 +406,8 @@ class Region(RegionMemory):
                 return memoryview(self).cast(dtype)  # type: ignore[call-overload]
             raise TypeError("Region.view(%r) needs numpy; without it, pass a struct "
                             "format such as 'f' or 'q'" % (dtype,)) from None
-        return numpy.frombuffer(self, dtype=dtype)
+        region: Any = self      # a buffer, which numpy's stubs do not list
+        return numpy.frombuffer(region, dtype=dtype)
 
     def _clearpages_discard(self) -> None:
         self.discard()

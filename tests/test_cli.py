@@ -381,7 +381,7 @@ def test_every_run_longer_than_a_few_seconds_says_its_duration_in_help(capsys):
         assert "minute" in text, text
     assert main(["bench", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for option in ("--quick", "--programs", "--profile", "--scan"):
+    for option in ("--quick", "--programs", "--profile", "--scan", "--pool"):
         part = text.split(option, 1)[1].split(" --", 1)[0]
         assert "minute" in part or " s " in part or "seconds" in part, (option, part)
 

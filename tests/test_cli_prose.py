@@ -47,6 +47,7 @@ def too_wide(text: str, width: int = WIDTH) -> list[str]:
     ("bench", "--scan", "--sizes", "64K", *TINY),
     ("bench", "--programs", "--sizes", "16K", "--repeat", "2", "--target-ms", "0.05",
      "--quiet"),
+    ("bench", "--pool", "--quick", "--quiet"),
 ])
 def test_every_line_fits_in_80_columns(args):
     assert too_wide(call(*args)) == []
@@ -112,6 +113,7 @@ def one_plain_sentence(text: str) -> str | None:
 SIZES = [0, 100, 4096, 64 << 10, 1 << 20, 8 << 20, 64 << 20, 1 << 30]
 
 
+@pytest.mark.auto_policy
 @pytest.mark.parametrize("n", SIZES)
 def test_a_reason_is_one_plain_sentence(n):
     for kw in ({}, {"count": 1000}, {"threads": "auto"}, {"threads": 2}, {"hot": True},
@@ -158,6 +160,7 @@ def test_synthetic_cpus_reasons_too():
                         assert_evidence_matches(p, th)
 
 
+@pytest.mark.auto_policy
 def test_the_reasons_evidence_is_printed_by_plan():
     out = call("plan", "4K")
     for why in cp.plan(4096).evidence:

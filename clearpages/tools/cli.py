@@ -559,7 +559,7 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                    help="cp.Pool against fresh memory: acquire's latency, the time to a "
                    "zeroed resident buffer (64 MiB, and 1 GiB without --quick) against "
                    "np.zeros, torch.zeros and Region, and a co-running loop's slowdown "
-                   "(needs numpy)")
+                   "(needs numpy; under a minute, with --quick some seconds)")
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
     b.add_argument("--target-ms", type=float, help=argparse.SUPPRESS)
     b.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)

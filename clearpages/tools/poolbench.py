@@ -296,17 +296,21 @@ def measure(sizes: list[int], *, quick: bool = False,
 
 
 def report(data: dict[str, Any], out: TextIO) -> None:
+    from .output import say
+
     lat = data["latency"]
-    print("\nPool.acquire() of a %s block (%s pages), %d us of work between, %d calls:"
-          % (format_size(lat["block"]), lat["page_size"], lat["work_us"], lat["n"]), file=out)
-    print("  p50 %.2f us   p90 %.2f us   p99 %.2f us   max %.1f us   (%.0f%% were ready)"
-          % (lat["p50_us"], lat["p90_us"], lat["p99_us"], lat["max_us"],
-             100 * lat["ready_share"]), file=out)
+    print(file=out)
+    say("Pool.acquire() of a %s block (%s pages), %d us of work between, %d calls:"
+        % (format_size(lat["block"]), lat["page_size"], lat["work_us"], lat["n"]), out)
+    say("  p50 %.2f us   p90 %.2f us   p99 %.2f us   max %.1f us   (%.0f%% were ready)"
+        % (lat["p50_us"], lat["p90_us"], lat["p99_us"], lat["max_us"],
+           100 * lat["ready_share"]), out, hang="    ")
     for res in data["to_zeroed"]:
         work = ("a tight loop" if not res["work_s"]
                 else "%d ms of work before each" % (res["work_s"] * 1e3))
-        print("\nA zeroed, resident %s, then a write to every page (%s; median of %d):"
-              % (format_size(res["size"]), work, res["rounds"]), file=out)
+        print(file=out)
+        say("A zeroed, resident %s, then a write to every page (%s; median of %d):"
+            % (format_size(res["size"]), work, res["rounds"]), out)
         print("  %-26s %12s %12s %10s" % ("", "to zeroed", "with writes", "vs np.zeros"),
               file=out)
         for name, row in res["rows"].items():
@@ -315,10 +319,12 @@ def report(data: dict[str, Any], out: TextIO) -> None:
                   file=out)
     co = data["co_runner"]
     if "skipped" in co:
-        print("\nCo-running loop: skipped (%s)" % co["skipped"], file=out)
+        print(file=out)
+        say("Co-running loop: skipped (%s)" % co["skipped"], out)
         return
-    print("\nA memory-bound loop (64 MiB copies) on CPU %d while the pool zeroes %s blocks "
-          "on CPU %d:" % (co["cpus"][1], format_size(co["block"]), co["cpus"][0]), file=out)
+    print(file=out)
+    say("A memory-bound loop (64 MiB copies) on CPU %d while the pool zeroes %s blocks "
+        "on CPU %d:" % (co["cpus"][1], format_size(co["block"]), co["cpus"][0]), out)
     for name, row in co["rows"].items():
         print("  %-10s %8.1f copies/s  slowdown %5.1f%%  pool's pace %6.2f GB/s"
               % (name, row["copies_per_s"], 100 * (row["slowdown"] or 0),
