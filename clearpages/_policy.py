@@ -524,8 +524,9 @@ ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
         "{what} is at least the long_min of {long_min} a piece on one thread, so {method} "
         "clears it in one call per extent", ("long_min",)),
     lib.CP_WHY_STREAMING: (
-        "{what} is at least the streaming threshold of {nt_min}, so {method}: non-temporal "
-        "stores skip the read-for-ownership and keep the cache for other data",
+        "{what} is at least the streaming threshold of {nt_min}, so {method}: streaming "
+        "stores write each line without reading it in first and keep the cache for other "
+        "data",
         ("nt_min", "streaming")),
     lib.CP_WHY_MEMSET_BELOW_NT: (
         "{what} is below the streaming threshold of {nt_min}, with no vector_max below it, "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import clearpages as cp
 from clearpages import _config
 from clearpages._routines import ROUTINES, Routine
 
@@ -41,7 +42,7 @@ def methods_table() -> str:
     rows = ["| method | stores | needs | what |", "|---|---|---|---|"]
     for r in ROUTINES:
         rows.append("| `%s` | %s | %s | %s |" % (
-            r.name, "temporal" if r.temporal else "non-temporal", _needs(r), r.summary))
+            r.name, "temporal" if r.temporal else "streaming", _needs(r), r.summary))
     return "\n".join(rows)
 
 
@@ -150,3 +151,16 @@ def test_the_repository_speaks_for_itself():
         if re.search(r"\bSPEC\b", (ROOT / name).read_text()):
             found.append(name)
     assert not found, found
+
+
+def test_one_word_for_the_stores_that_bypass_the_cache(readme):
+    """'streaming', as info, plan and the code say it: the README gives the
+    manuals' 'non-temporal' once, where it says what the word means, and
+    says what a read-for-ownership is where it first uses the word."""
+    text = " ".join(readme.split())
+    assert text.count("non-temporal") == 1, text.count("non-temporal")
+    assert "*streaming* (non-temporal) stores write whole lines" in text
+    said = "read each cache line in before writing it (the read-for-ownership)"
+    assert text.index("read-for-ownership") == text.index(said) + len(said) - 19
+    assert "non-temporal" not in " ".join(r.summary for r in ROUTINES)
+    assert "non-temporal" not in cp.plan(1 << 30).reason
