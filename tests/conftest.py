@@ -56,6 +56,28 @@ def not_under_sanitizers(reason: str):
 def pytest_configure(config):
     config.addinivalue_line("markers", "build: compiles the package or a C harness "
                             "(tens of seconds; deselect with -m 'not build')")
+    config.addinivalue_line("markers", "auto_policy: tests what auto itself decides: run "
+                            "without CLEARPAGES_METHOD and CLEARPAGES_NT_THRESHOLD")
+
+
+#: The variables that replace auto's own choice; the rest of the suite runs
+#: under them (the README suggests CLEARPAGES_METHOD=movnti python -m pytest).
+FORCING = ("CLEARPAGES_METHOD", "CLEARPAGES_NT_THRESHOLD")
+
+
+@pytest.fixture(autouse=True)
+def _auto_policy(request):
+    """A test marked auto_policy sees auto's own policy, whatever the suite
+    runs under; the process's configuration comes back after it."""
+    forced = [k for k in FORCING if k in os.environ]
+    if not forced or request.node.get_closest_marker("auto_policy") is None:
+        yield
+        return
+    cp.reload_config({k: v for k, v in os.environ.items() if k not in FORCING})
+    try:
+        yield
+    finally:
+        cp.reload_config()
 
 
 def _missing(name: str) -> str | None:

@@ -5,9 +5,11 @@ every bad value is an error that names the variable."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
-from conftest import NATIVE, needs_native, run_python
+from conftest import NATIVE, ROOT, needs_native, run_python
 
 import clearpages as cp
 from clearpages import _config, _dispatch, _fast
@@ -20,7 +22,7 @@ def has(feature: str) -> bool:
 
 
 def test_reload_with_empty_env_is_the_default(config):
-    if any(k.startswith("CLEARPAGES_") for k in os.environ):
+    if any(k in os.environ for k in _config.VARIABLES):
         pytest.skip("CLEARPAGES_* set in this environment")
     before = (cp.methods(), cp.thresholds(), cp.cpu())
     config({})
@@ -316,3 +318,21 @@ def test_a_test_run_leaves_no_cache_directory_behind(tmp_path):
                    env={"TMPDIR": str(tmp_path)}, cwd=str(ROOT))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert not list(tmp_path.glob("clearpages-test-cache-*"))
+
+
+def test_the_tests_of_autos_own_choice_hold_under_a_forced_method():
+    """The README suggests CLEARPAGES_METHOD=movnti python -m pytest: the
+    tests of what auto itself decides (marked auto_policy) see auto's own
+    policy whatever the suite runs under."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEARPAGES_")}
+    env.update(CLEARPAGES_METHOD="movnti", CLEARPAGES_NT_THRESHOLD="64M",
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [
+                   p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    files = [str(f) for f in sorted((ROOT / "tests").glob("test_*.py"))
+             if f.name != "test_config.py" and "mark.auto_policy" in f.read_text()]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-m", "auto_policy", "-k", "not 1073741824 and not 67108864",
+                           *files], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " deselected" in done.stdout

@@ -288,7 +288,10 @@ def test_plan_on_this_machine():
         p = cp.plan(n)
         assert p.method in cp.methods()
         assert p.nbytes == n and isinstance(p.reason, str) and p.reason
-    assert cp.plan(1 * GiB, threads=2).method == th.streaming     # no long rule on two
+    # No long rule on two threads; CLEARPAGES_METHOD, where the suite runs
+    # under it, forces every choice.
+    forced = _dispatch.state().forced
+    assert cp.plan(1 * GiB, threads=2).method == (forced or th.streaming)
     assert cp.plan(4 * MiB, count=1024).count == 1024
 
 

@@ -162,6 +162,7 @@ def test_a_bad_hot_is_refused_saying_what_is_accepted(hot, kind):
     assert b == bytearray(b"\x01" * 100)
 
 
+@pytest.mark.auto_policy
 def test_hot_is_cleared_last_with_ordinary_stores():
     """The cold part goes first (streaming for auto), the hot range last,
     through a temporal routine, whatever the method asked for."""
@@ -224,6 +225,7 @@ def test_whole_buffer_words_clear_every_byte(any_method, n, offset, threads):
         check_guarded(np, whole, start, n)
 
 
+@pytest.mark.auto_policy
 def test_hot_true_is_ordinary_stores_up_to_hot_max_then_a_hot_tail():
     th = cp.thresholds()
     n = 64 * 1024
@@ -304,6 +306,7 @@ def test_hot_true_of_a_buffer_larger_than_the_reuse_window_keeps_the_short_tail(
     assert "hot_max_other" in p.reason and "never cleared again" in p.learned
 
 
+@pytest.mark.auto_policy
 def test_hot_false_streams_it_all_and_is_never_learned():
     th = cp.thresholds()
     n = max(th.adapt_min, 64 * 1024)
