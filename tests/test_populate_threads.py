@@ -23,7 +23,7 @@ def test_every_page_faulted_in_contents_kept(threads):
         for off in (0, 4096 * 5, size - 1):
             ctypes.memset(r.address + off, 0x5A, 1)
         r.populate(threads=threads)
-        assert r.backing().rss == size
+        assert r.backing.rss == size
         v = r.view()
         assert v[0] == v[4096 * 5] == v[size - 1] == 0x5A
         assert sum(v[1:4096 * 5]) == 0
@@ -32,13 +32,13 @@ def test_every_page_faulted_in_contents_kept(threads):
 
 def test_made_populated_with_threads():
     with cp.Region("8M", page_size="4k", populate=True, threads=2) as r:
-        assert r.backing().rss == 8 * MiB
+        assert r.backing.rss == 8 * MiB
 
 
 def test_more_threads_than_pages():
     with cp.Region(3 * 4096, page_size="4k") as r:
         assert lib.cp_region_populate_threads(r.address, r.size, 4096, r._kind, 64) == 0
-        assert r.backing().rss == 3 * 4096
+        assert r.backing.rss == 3 * 4096
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to spread over")
@@ -46,7 +46,7 @@ def test_auto_measures_and_says_what_it_found():
     _region.POPULATE_FINDINGS.pop("4k", None)
     size = 4 * _region._PROBE
     with cp.Region(size, page_size="4k", populate=True, threads="auto") as r:
-        assert r.backing().rss == size
+        assert r.backing.rss == size
     found = _region.POPULATE_FINDINGS["4k"]
     assert found["tried"] >= 2 and found["threads"] in (1, found["tried"])
     assert found["one_gbps"] > 0 and found["spread_gbps"] > 0
@@ -57,7 +57,7 @@ def test_auto_measures_and_says_what_it_found():
 def test_auto_on_a_small_region_keeps_one_thread():
     _region.POPULATE_FINDINGS.pop("4k", None)
     with cp.Region("1M", page_size="4k", populate=True, threads="auto") as r:
-        assert r.backing().rss == MiB
+        assert r.backing.rss == MiB
     assert "4k" not in _region.POPULATE_FINDINGS
 
 
