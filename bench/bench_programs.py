@@ -108,7 +108,8 @@ def _summary(res: dict) -> tuple[str, str]:
         words = ["%.2f" % rec[w][0] if w in rec else "-" for w in _programs.WORDS]
         rows.append([workload, scenario, label, "%.2f" % r, "%.2f-%.2f" % (q1, q3), *words, v])
     return ("programs: auto's ratio to the best candidate (goals: 0.9; cold, then used "
-            "0.75; hot=True 0.95 when used; a miss only beyond the spread)",
+            "0.75; hot=True 0.95 when used; a median below the goal is a miss, a spread "
+            "across it both ways 'unmeasured, retake')",
             _common.table(["workload", "case", "size", "auto/best", "IQR", "hot=True",
                            "hot=False", "verdict"], rows))
 

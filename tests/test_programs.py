@@ -1,7 +1,8 @@
 """The program benchmark's engine (clearpages/tools/programs.py): its workloads
-leave the buffer as a program would, its verdict marks a miss only beyond
-the spread, and ``bench --programs`` runs end to end (tiny settings; no
-timing is asserted)."""
+leave the buffer as a program would, its verdict (the package's one rule,
+measure.judge_rounds) marks a median below the goal a miss and a spread
+across it both ways unmeasured, and ``bench --programs`` runs end to end
+(tiny settings; no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -70,10 +71,35 @@ def test_goals_by_case():
     assert _programs.case_name("scratch", "cold") == "cold, then used"
 
 
-def test_a_miss_only_beyond_the_spread():
-    assert _programs.verdict(0.91, (0.80, 0.95), 0.9) == "ok"
-    assert _programs.verdict(0.85, (0.80, 0.92), 0.9) == "noise"
-    assert _programs.verdict(0.85, (0.80, 0.88), 0.9) == "MISS"
+def test_a_median_below_the_goal_is_a_miss():
+    judge = _measure.judge_rounds
+    assert judge([0.91, 0.92, 0.90, 0.93, 0.91], 0.9).outcome == _measure.OK
+    # most rounds short, the upper quartile above the goal: a miss all the same
+    v = judge([0.80, 0.84, 0.85, 0.85, 0.95, 0.96, 0.97], 0.9)
+    assert v.ratio == pytest.approx(0.85) and v.q3 >= 0.9
+    assert v.outcome == _measure.MISS
+    v = judge([0.80, 0.84, 0.93, 0.85, 0.86], 0.9)
+    assert v.text() == "auto 0.85 of the best (goal 0.90; rounds 0.84-0.86): miss"
+
+
+def test_a_spread_across_the_goal_both_ways_is_unmeasured():
+    judge = _measure.judge_rounds
+    # median 0.96, goal 0.97: the rounds reach 0.90 and 0.99, past the goal
+    # and past its mirror image 0.95
+    v = judge([0.90, 0.91, 0.96, 0.99, 0.99], 0.97, reference="the per-phase oracle")
+    assert v.outcome == _measure.UNMEASURED and not v.ok
+    assert v.text().endswith("unmeasured, retake")
+    # the same median with the spread below it only: a miss
+    assert judge([0.90, 0.91, 0.96, 0.965, 0.965], 0.97).outcome == _measure.MISS
+    # above the goal, wide both ways: unmeasured too, not a pass
+    assert judge([0.70, 0.80, 0.98, 1.10, 1.20], 0.97).outcome == _measure.UNMEASURED
+    # above the goal, a long tail below only: the median decides
+    assert judge([0.70, 0.80, 0.99, 0.995, 0.995], 0.97).outcome == _measure.OK
+    # a tight measurement just below the goal is told from it
+    assert judge([0.966, 0.965, 0.964, 0.965], 0.97).outcome == _measure.MISS
+    # too few rounds to have a spread
+    assert judge([1.5, 1.5], 0.9).outcome == _measure.UNMEASURED
+    assert judge([], 0.9).outcome == _measure.UNMEASURED
 
 
 def _cell(times: dict[str, list[float]]) -> _programs.Cell:
@@ -89,7 +115,7 @@ def test_ratio_and_spread_from_synthetic_times():
     assert c.ratio() == pytest.approx(0.5)
     q1, q3 = c.spread()
     assert q1 <= c.ratio() <= q3
-    assert c.verdict() == "MISS"
+    assert c.verdict() == _measure.MISS
 
 
 def test_bench_programs_end_to_end(capsys):

@@ -5,6 +5,8 @@ machine and why it chooses as it does, and the command line that shows it.
     calibrate  this machine's crossovers, measured (what ``calibrate`` writes)
     profile    machine profiles and the policy replayed against them
     programs   whole programs: a clear and then its use
+    generated  programs drawn from a seed, and the hand-written cases, as phases
+    phased     phased programs run with every candidate; auto judged on them
     scanbench  is_zero and nonzero_pages against their alternatives
     report     what ``info`` and ``bench`` show, as data
     output     tables, progress and plots: how it is printed

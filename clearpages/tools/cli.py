@@ -49,14 +49,22 @@ def _names_arg(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _positive_arg(text: str) -> int:
+def _int_arg(text: str, minimum: int = 1) -> int:
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("must be an int, not %r" % text) from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1, not %d" % n)
+    if n < minimum:
+        raise argparse.ArgumentTypeError("must be at least %d, not %d" % (minimum, n))
     return n
+
+
+def _positive_arg(text: str) -> int:
+    return _int_arg(text, 1)
+
+
+def _seed_arg(text: str) -> int:
+    return _int_arg(text, 0)
 
 
 def _threads_arg(text: str) -> int | str:
@@ -248,6 +256,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         return _bench_profile(args, sizes, out)
     if args.programs:
         return _bench_programs(args, sizes, out)
+    if args.generated is not None or args.cases or args.seed is not None:
+        raise UsageError("--generated, --seed and --cases go with --programs")
     if args.pool:
         return _bench_pool(args, sizes, out)
     if sizes is None:
@@ -348,6 +358,8 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
     from . import programs as _programs
 
+    if args.generated is not None or args.cases or args.seed is not None:
+        return _bench_phased(args, sizes, out)
     if args.methods or args.json or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--programs runs every candidate in every workload, warm and "
                          "cold; it takes no --methods, --json, --plot, --scenario or --direct")
@@ -368,6 +380,80 @@ def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: Text
     cpu = _core.cpu()
     _output.say("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), out)
     _programs.report(res, out)
+    return 0
+
+
+def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
+    """Generated programs (--generated N [--seed S]) and the hand-written
+    cases (--cases), run by tools.phased."""
+    import random
+
+    from . import generated, phased
+
+    if args.methods or args.plot or args.scenario != "both" or args.direct:
+        raise UsageError("--generated and --cases run every candidate on whole programs; "
+                         "they take no --methods, --plot, --scenario or --direct")
+    if args.seed is not None and args.generated is None:
+        raise UsageError("--seed is the seed of --generated N")
+    cpu = _core.cpu()
+    l3 = cpu.last_cache or generated.DEFAULT_L3
+    pool = _measure.cold_pool_size()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
+    programs = []
+    if args.cases:
+        programs += generated.cases(sizes=sizes, pool=pool)
+    if args.generated:
+        # --sizes: the range generated programs draw their sizes from;
+        # --target-ms (for tests): their longest nominal time
+        span = (min(sizes), max(sizes)) if sizes else None
+        top = args.target_ms / 1000 if args.target_ms else generated.SECONDS[1]
+        programs += generated.corpus(seed, args.generated, l3, sizes=span,
+                                     seconds=(min(generated.SECONDS[0], top / 5), top))
+    names = phased.candidate_names(quick=args.quick)
+    rounds = args.repeat or (phased.QUICK_ROUNDS if args.quick else phased.ROUNDS)
+    table_out = sys.stderr if args.json == "-" else out
+    command = "python -m clearpages bench --programs"
+    if args.cases:
+        command += " --cases"
+    if args.generated:
+        command += " --generated %d --seed %d" % (args.generated, seed)
+    if sizes:
+        command += " --sizes %s" % ",".join(str(n) for n in sizes)
+    command += " --rounds %d%s" % (rounds, " --quick" if args.quick else "")
+    nominal = sum(generated.estimate_s(p) for p in programs) * len(names) * rounds
+    load = os.getloadavg()
+    _output.say("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), table_out)
+    _output.say("%s (replays this run); load average %.1f %.1f %.1f" % ((command,) + load),
+                table_out)
+    _output.say("%d programs x %d candidates x %d rounds, about %s at the programs' nominal "
+                "pace (the progress line corrects it as it runs)" % (
+                    len(programs), len(names), rounds,
+                    phased.format_duration(nominal * phased.PACE_GUESS)), table_out)
+    table_out.flush()
+    progress = _output.Progress("programs", quiet=args.quiet)
+    try:
+        results = phased.run(programs, names, rounds=rounds, progress=progress)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        progress.close()
+    after = os.getloadavg()
+    _output.say("load average at the end %.1f %.1f %.1f" % after, table_out)
+    cases = [r for r in results if r.program.seed is None]
+    drawn = [r for r in results if r.program.seed is not None]
+    judged = {}
+    if cases:
+        print(file=table_out)
+        phased.report_cases(cases, table_out)
+    if drawn:
+        judged = phased.report_generated(drawn, table_out)
+    if args.json:
+        settings = {"command": command, "seed": seed if args.generated else None,
+                    "rounds": rounds, "candidates": names, "cold_pool": pool,
+                    "load_average": {"start": list(load), "end": list(after)}}
+        _output.dump_json(phased.to_json(results, settings, judged), args.json, out)
+        if args.json != "-":
+            print("\nwrote %s" % args.json, file=table_out)
     return 0
 
 
@@ -530,8 +616,8 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
     b.add_argument("--methods", type=_names_arg, nargs="+", metavar="NAME",
                    help="methods to measure: auto, routines, memset, numpy.fill, "
                         "numpy[...]=0 (default: all usable; memset is always added)")
-    b.add_argument("--repeat", type=_positive_arg, metavar="N",
-                   help="samples per candidate and size")
+    b.add_argument("--repeat", "--rounds", type=_positive_arg, metavar="N",
+                   help="samples per candidate and size (with --programs: rounds)")
     b.add_argument("--json", metavar="FILE", help="write every sample as JSON ('-': stdout)")
     b.add_argument("--plot", metavar="FILE.png",
                    help="a PNG of GB/s against size (needs matplotlib)")
@@ -551,6 +637,20 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "a wipe; a hot buffer and a cold pool together), warm and cold; "
                         "auto's ratio to the best candidate, with its spread (about three "
                         "minutes; with --quick about one)")
+    b.add_argument("--generated", type=_positive_arg, metavar="N",
+                   help="with --programs: N programs drawn from --seed (sizes, phases, "
+                        "places, work between clears, other code's clears, two threads), "
+                        "each timed whole with every candidate; auto judged against "
+                        "numpy.fill, ctypes.memset and the best fixed choice per phase.  "
+                        "About 10 s a program (14 candidates, 5 rounds; --quick: 9 and 4)")
+    b.add_argument("--seed", type=_seed_arg, metavar="S",
+                   help="the seed --generated draws from (default: drawn at run time and "
+                        "printed, so that the run can be replayed)")
+    b.add_argument("--cases", action="store_true",
+                   help="with --programs: the hand-written phased programs (warm, cold, "
+                        "warm again at 1-16 MiB; clear then use, one buffer and a pool walk, "
+                        "16 KiB-64 MiB; --sizes picks sizes), every phase judged.  With "
+                        "--generated, --sizes gives the range sizes are drawn from")
     b.add_argument("--scan", action="store_true",
                    help="only the zero scan section: is_zero against numpy's a.any(), "
                         "warm and cold, and its early exit (it follows the clear table "

@@ -493,3 +493,90 @@ def differs(a: Measurement, b: Measurement, floor: float = 0.03) -> float:
     """The noise level for comparing a and b: the larger relative IQR,
     not under ``floor``."""
     return max(floor, a.rel_spread, b.rel_spread)
+
+
+# ---- verdicts -----------------------------------------------------------------
+#
+# One rule judges every goal stated as a ratio measured round by round (the
+# program benchmarks, generated and hand-written): the figure is the median
+# over rounds of the per-round ratios, and the spread beside it their
+# interquartile range.  The median decides; the spread only says when the
+# rounds cannot tell the answer, and then the verdict says so instead of
+# passing.
+
+OK = "ok"
+MISS = "miss"
+UNMEASURED = "unmeasured, retake"
+OUTCOMES = (OK, MISS, UNMEASURED)
+
+MIN_ROUNDS = 3
+"""Fewer rounds have no spread to speak of: such a figure is unmeasured."""
+SPREAD_FLOOR = 0.01
+"""A median within this of the goal is told from it by a spread narrower
+than this on either side (a tight measurement just below the goal is a miss,
+not a retake)."""
+
+
+def quartiles(xs: Sequence[float]) -> tuple[float, float]:
+    """(Q1, Q3) of xs, inclusive method; a lone value is both."""
+    s = sorted(xs)
+    if len(s) < 2:
+        return (s[0], s[0]) if s else (0.0, 0.0)
+    q = statistics.quantiles(s, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class GoalVerdict:
+    """A goal judged on per-round ratios: ``subject`` at ``ratio`` of
+    ``reference`` (the median over ``rounds`` rounds), ``q1``-``q3`` the
+    interquartile range of the rounds."""
+
+    subject: str
+    reference: str
+    goal: float
+    ratio: float
+    q1: float
+    q3: float
+    rounds: int
+
+    @property
+    def outcome(self) -> str:
+        """ok: the median at or above the goal; miss: below it; unmeasured
+        where the rounds reach past the goal as far as the median is from it,
+        on both sides (the goal and its mirror image about the median both
+        inside the interquartile range), or there are too few of them."""
+        if self.rounds < MIN_ROUNDS or not math.isfinite(self.ratio):
+            return UNMEASURED
+        reach = max(abs(self.ratio - self.goal), SPREAD_FLOOR)
+        if self.ratio - self.q1 > reach and self.q3 - self.ratio > reach:
+            return UNMEASURED
+        return OK if self.ratio >= self.goal else MISS
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    def text(self) -> str:
+        """'auto 0.93 of the per-phase oracle (goal 0.97; rounds 0.90-0.95): miss'."""
+        return "%s %.2f of %s (goal %.2f; rounds %.2f-%.2f): %s" % (
+            self.subject, self.ratio, self.reference, self.goal, self.q1, self.q3,
+            self.outcome)
+
+    def mark(self) -> str:
+        """The outcome in a table cell: '' for ok, ' miss', ' ?' (unmeasured)."""
+        return {OK: "", MISS: " miss", UNMEASURED: " ?"}[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"subject": self.subject, "reference": self.reference, "goal": self.goal,
+                "ratio": self.ratio, "q1": self.q1, "q3": self.q3, "rounds": self.rounds,
+                "outcome": self.outcome}
+
+
+def judge_rounds(ratios: Sequence[float], goal: float, subject: str = AUTO,
+                 reference: str = "the best") -> GoalVerdict:
+    """The package's verdict on a goal from per-round ratios (see GoalVerdict)."""
+    xs = [x for x in ratios if math.isfinite(x)]
+    ratio = statistics.median(xs) if xs else math.nan
+    q1, q3 = quartiles(xs) if xs else (math.nan, math.nan)
+    return GoalVerdict(subject, reference, goal, ratio, q1, q3, len(xs))

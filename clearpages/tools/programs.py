@@ -40,9 +40,10 @@ a candidate's figure is the median of its blocks.  The best candidate
 is the one with the lowest median; auto's *ratio* is the median over rounds
 of the best candidate's block time over auto's block time in the same round
 (a change of the machine's load lands on both), and its *spread* the
-interquartile range of those per-round ratios, which is what a verdict must
-clear: a ratio is a miss only when even the upper quartile of the rounds
-falls short.
+interquartile range of those per-round ratios.  The verdict is the package's
+one rule (``measure.judge_rounds``): a median below the goal is a miss; a
+spread that reaches past the goal as far as the median is from it, on both
+sides, is "unmeasured, retake", never a pass.
 """
 
 from __future__ import annotations
@@ -249,32 +250,21 @@ class Cell:
 
     def spread(self, name: str = AUTO) -> tuple[float, float]:
         """(Q1, Q3) of the per-round ratios."""
-        return quartiles(self.round_ratios(name))
+        return _measure.quartiles(self.round_ratios(name))
+
+    def judge(self, name: str = AUTO) -> _measure.GoalVerdict:
+        """name's ratio to the best candidate, judged against its goal."""
+        return _measure.judge_rounds(self.round_ratios(name),
+                                     goal_for(self.workload, self.scenario, name), name,
+                                     "the best (%s)" % self.best)
 
     def verdict(self, name: str = AUTO) -> str:
-        """'ok', 'noise' (below the goal, within the spread) or 'MISS'."""
-        return verdict(self.ratio(name), self.spread(name),
-                       goal_for(self.workload, self.scenario, name))
+        """'ok', 'miss' or 'unmeasured, retake' (_measure.GoalVerdict.outcome)."""
+        return self.judge(name).outcome
 
     @property
     def case(self) -> str:
         return case_name(self.workload, self.scenario)
-
-
-def quartiles(xs: Sequence[float]) -> tuple[float, float]:
-    s = sorted(xs)
-    if len(s) < 2:
-        return (s[0], s[0]) if s else (0.0, 0.0)
-    q = statistics.quantiles(s, n=4, method="inclusive")
-    return q[0], q[2]
-
-
-def verdict(ratio: float, spread: tuple[float, float], goal: float) -> str:
-    """ok at or above the goal; a miss only when even the upper quartile of
-    the per-round ratios is below it; 'noise' between."""
-    if ratio >= goal:
-        return "ok"
-    return "noise" if spread[1] >= goal else "MISS"
 
 
 def _time_block(step: Callable[[Slot], None], slots: Sequence[Slot]) -> float:
@@ -437,9 +427,7 @@ def _fmt(cell: Cell, name: str = AUTO) -> str:
     if name == NOT_SOON or (name == HOT and cell.workload not in USED):
         # no goal: what the word costs a program that does not mean it
         return "%.2f [%.2f-%.2f]" % (cell.ratio(name), q1, q3)
-    v = cell.verdict(name)
-    mark = "" if v == "ok" else " ~" if v == "noise" else " MISS"
-    return "%.2f [%.2f-%.2f]%s" % (cell.ratio(name), q1, q3, mark)
+    return "%.2f [%.2f-%.2f]%s" % (cell.ratio(name), q1, q3, cell.judge(name).mark())
 
 
 def table_rows(res: Result) -> tuple[list[str], list[list[str]]]:
@@ -493,11 +481,10 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
                 row.append("-")
                 continue
             worst = min(cs, key=lambda c: c.ratio())
-            v = worst.verdict()
-            noisy |= v == "noise"
-            missed |= v == "MISS"
-            row.append("%.2f%s" % (worst.ratio(), "" if v == "ok" else
-                                   " ~" if v == "noise" else " MISS"))
+            v = worst.judge()
+            noisy |= v.outcome == _measure.UNMEASURED
+            missed |= v.outcome == _measure.MISS
+            row.append("%.2f%s" % (v.ratio, v.mark()))
         rows.append(row)
     if any(HOT in c.times for c in res.cells):
         for sc in _measure.SCENARIOS:
@@ -509,22 +496,23 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
                     row.append("-")
                     continue
                 worst = min(cs, key=lambda c: c.ratio(HOT))
-                v = worst.verdict(HOT)
-                noisy |= v == "noise"
-                missed |= v == "MISS"
-                row.append("%.2f%s" % (worst.ratio(HOT), "" if v == "ok" else
-                                       " ~" if v == "noise" else " MISS"))
+                v = worst.judge(HOT)
+                noisy |= v.outcome == _measure.UNMEASURED
+                missed |= v.outcome == _measure.MISS
+                row.append("%.2f%s" % (v.ratio, v.mark()))
             rows.append(row)
     for c in res.mixed:
-        v = c.verdict()
-        noisy |= v == "noise"
-        missed |= v == "MISS" and 64 * KiB <= c.size <= 4 * MiB
+        outcome = c.verdict()
+        noisy |= outcome == _measure.UNMEASURED
+        missed |= outcome == _measure.MISS and 64 * KiB <= c.size <= 4 * MiB
     if noisy:
-        advice.append("~: below the goal but within the spread of the rounds (the "
-                      "interquartile range of auto's per-round ratio reaches it): not a "
-                      "miss; rerun with more rounds (--repeat) on a quieter machine to tell")
+        advice.append("?: unmeasured, retake: the rounds reach past the goal as far as "
+                      "their median is from it, on both sides (or there were fewer than "
+                      "%d), so they cannot tell; not a pass; rerun with more rounds "
+                      "(--repeat) on a quieter machine" % _measure.MIN_ROUNDS)
     if missed:
-        advice.append("MISS: below the goal beyond the spread; run `python -m clearpages "
+        advice.append("miss: the median of the rounds is below the goal; run "
+                      "`python -m clearpages "
                       "calibrate` (auto then starts from this machine's crossovers) and "
                       "bench again; if it stays, report it with this table")
     if not noisy and not missed:

@@ -1,0 +1,109 @@
+"""auto judged on programs nobody wrote: drawn from a seed, each a sequence
+of phases (sizes 4 KiB to 4x the L3, phases of 50-5,000 calls, one buffer, a
+pool walk, several buffers, a hot buffer between pool pages, two threads;
+noisy work between clears; other code's clears), each timed whole with every
+candidate, interleaved in one process (clearpages/tools/generated.py draws
+them, tools/phased.py runs and judges them).
+
+    python bench/bench_generated.py [--programs 200] [--seed S] [--rounds 5]
+                                    [--quick] [--cases] [--json FILE]
+
+(the same as ``python -m clearpages bench --programs --generated N``; the
+seed is drawn at run time and printed unless given, so a run can be
+replayed).  Under pytest (``-k generated``): CLEARPAGES_BENCH_PROGRAMS
+programs (default 8, quick candidates, 4 rounds) from CLEARPAGES_BENCH_SEED
+(default: drawn and printed); the goals in extra_info and in the session's
+summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from typing import Any
+
+import _common
+import pytest
+
+import clearpages as cp
+from clearpages.tools import generated, measure, phased
+from clearpages.tools.cli import main as cli_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--programs", type=int, default=200)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cases", action="store_true", help="the hand-written cases too")
+    ap.add_argument("--json", metavar="FILE")
+    a = ap.parse_args(argv)
+    args = ["bench", "--programs", "--generated", str(a.programs)]
+    for flag, value in (("--seed", a.seed), ("--rounds", a.rounds), ("--json", a.json)):
+        if value is not None:
+            args += [flag, str(value)]
+    args += ["--quick"] * a.quick + ["--cases"] * a.cases
+    return cli_main(args)
+
+
+SUITE = "generated"
+
+
+def _seed() -> int:
+    text = os.environ.get("CLEARPAGES_BENCH_SEED", "")
+    return int(text) if text else random.SystemRandom().randrange(1, 10**6)
+
+
+def test_generated_programs(benchmark: Any) -> None:
+    """A corpus of generated programs: the time is the whole measurement;
+    extra_info and the summary hold the goals, judged."""
+    if not measure.have_numpy():
+        pytest.skip("the programs need numpy")
+    count = int(os.environ.get("CLEARPAGES_BENCH_PROGRAMS", "8"))
+    seed = _seed()
+    programs = generated.corpus(seed, count, cp.cpu().last_cache or generated.DEFAULT_L3)
+    out: list[phased.ProgramResult] = []
+
+    def run() -> None:
+        out[:] = phased.run(programs, phased.candidate_names(quick=True),
+                            rounds=phased.QUICK_ROUNDS)
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    g = phased.goals(out)
+    benchmark.extra_info["seed"] = seed
+    rec = {}
+    for e in g.rivals:
+        benchmark.extra_info["every program vs %s" % e.ref] = e.outcome
+        rec["%s, every program" % e.ref] = e.text()
+    for v in (g.median, g.p10):
+        benchmark.extra_info[v.reference] = round(v.ratio, 3)
+        rec[v.reference] = v.text()
+    _common.RESULTS.setdefault(SUITE, {})[("seed %d" % seed, "%d programs" % count)] = rec
+
+
+def test_generated_quick() -> None:
+    """Smoke: two tiny programs, one round, every place and kind of work
+    the seed draws."""
+    if not measure.have_numpy():
+        pytest.skip("the programs need numpy")
+    programs = generated.corpus(_seed(), 2, sizes=(4096, 64 * 1024), seconds=(0.005, 0.02))
+    res = phased.run(programs, phased.candidate_names(quick=True), rounds=1)
+    assert len(res) == 2 and all(r.rounds == 1 for r in res)
+
+
+@_common.summary_of(SUITE)
+def _summary(res: dict) -> tuple[str, str]:
+    lines = []
+    for (seed, count), rec in res.items():
+        lines.append("%s, %s (replay: CLEARPAGES_BENCH_SEED=%s)" % (
+            seed, count, seed.split()[-1]))
+        lines += ["  " + text for text in rec.values()]
+    return ("generated programs: auto >= 0.95 of numpy.fill and ctypes.memset in every "
+            "program; median >= 0.97 of the per-phase oracle, 10th percentile >= 0.90",
+            "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

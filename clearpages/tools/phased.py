@@ -1,0 +1,936 @@
+"""Run phased programs (``generated``) with every candidate and judge auto.
+
+Each program is timed whole, once per candidate per round, in one process:
+in each round every candidate runs the program once, in an order rotated
+from round to round, so that a change of the machine's load lands on all of
+them.  Before each run the program's buffers are already allocated and
+prefaulted, and the cache is put in the same state for every candidate (a
+read of twice the last-level cache of the pool).  Each phase is timed on
+its own within the run, so that besides the whole program there is the
+*per-phase oracle*: for each phase the fastest fixed choice's time on it,
+summed per round.  "Fastest" is told by the median over the other rounds
+(``ProgramResult.fastest``), so that a round's noise does not pick the
+best that round is compared with.
+
+Candidates:
+
+- ``auto``: the learner forgotten before each run (``_adapt.reset``), so
+  it starts as a fresh process would;
+- ``auto carried``: the learner as the runs before left it (in a program's
+  first round, possibly the previous program's): judged on what it carries;
+- ``auto static``: adaptation off during the run (``set_adaptive(False)``,
+  what ``CLEARPAGES_ADAPT=0`` runs);
+- the *fixed choices*: every usable routine through ``clear(view,
+  method=name)`` (with ``quick``: the temporal and streaming roles and
+  ``libc``), ``numpy.fill`` (``a.fill(0)`` on a numpy view) and
+  ``ctypes.memset``;
+- ``work only``: no clear at all, the program's own time (its work's share).
+
+Every ratio is per round (a candidate's time over auto's in the same round)
+and judged by the package's one rule, ``measure.judge_rounds``.  A figure
+over many programs (their median, their 10th percentile) is taken round by
+round, then judged the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import gc
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import _adapt, _core
+from .._units import KiB, MiB
+from . import generated as G, measure as _measure
+from .programs import Slot, clearer
+
+AUTO = "auto"
+CARRIED = "auto carried"
+STATIC = "auto static"
+WORK_ONLY = "work only"
+AUTOS = (AUTO, CARRIED, STATIC)
+
+ORACLE = "the per-phase oracle"
+BEST = "the best fixed choice"
+
+#: The goals over generated programs (auto's ratio, per round).
+GOAL_RIVAL = 0.95
+"""In every program, against numpy.fill and against ctypes.memset."""
+GOAL_MEDIAN = 0.97
+"""The median over programs, against the per-phase oracle."""
+GOAL_P10 = 0.90
+"""The 10th percentile over programs, against the per-phase oracle."""
+RIVALS = (_measure.NUMPY_FILL, _measure.MEMSET)
+
+ROUNDS = 5
+QUICK_ROUNDS = 4
+
+FLUSH_MIN = 64 * MiB
+"""Before each run the pool is read over twice the last-level cache, at
+least this much: every candidate starts from the same cold cache."""
+
+
+def candidate_names(quick: bool = False) -> list[str]:
+    th = _core.thresholds()
+    usable = _core.methods()
+    if quick:
+        routines = [m for m in dict.fromkeys((th.temporal, th.streaming, "libc"))
+                    if m in usable]
+    else:
+        routines = list(usable)
+    return list(AUTOS) + routines + list(RIVALS) + [WORK_ONLY]
+
+
+def fixed_names(names: Sequence[str]) -> list[str]:
+    """The fixed choices among names: what the oracle and 'best' pick from."""
+    return [n for n in names if n not in AUTOS and n != WORK_ONLY]
+
+
+# ---- memory -------------------------------------------------------------------
+
+
+def _make_slot(buf: _measure.Buffer, offset: int, n: int) -> Slot:
+    u8 = buf.numpy()[offset:offset + n]
+    whole = n - n % G.ROW
+    rows = u8[:whole].reshape(-1, G.ROW) if whole else u8.reshape(1, -1)
+    return Slot(buf.view[offset:offset + n], buf.address + offset, n, u8,
+                u8[:n - n % 8].view("uint64"), rows)
+
+
+def _drop(slots: Sequence[Slot]) -> None:
+    for s in slots:
+        s.mv.release()
+        s.u8 = s.u64 = s.rows = None
+
+
+class Pool:
+    """The pool walks take their pages from, shared by every program and
+    candidate; one cursor, so a page was last touched a pool ago."""
+
+    def __init__(self, size: int, l3: int) -> None:
+        self.buf = _measure.Buffer(size)
+        self.size = size
+        self.flush_bytes = min(size, max(FLUSH_MIN, 2 * l3)) // 8 * 8
+        self.cursor = 0
+        self._slots: dict[int, tuple[int, list[Slot | None]]] = {}
+        self._u64 = self.buf.numpy()[:size - size % 8].view("uint64")
+
+    def take(self, n: int, k: int) -> list[Slot]:
+        """The next k pages of n bytes from the cursor (their views made the
+        first time each is taken, never while a phase is timed)."""
+        if n not in self._slots:
+            stride, pages = G.pool_geometry(self.size, n)
+            self._slots[n] = (stride, [None] * pages)
+        stride, slots = self._slots[n]
+        first = -(-self.cursor // stride) % len(slots)
+        out = []
+        for i in range(k):
+            j = (first + i) % len(slots)
+            s = slots[j]
+            if s is None:
+                s = slots[j] = _make_slot(self.buf, j * stride, n)
+            out.append(s)
+        self.cursor = ((first + k) % len(slots)) * stride
+        return out
+
+    def flush(self) -> None:
+        """Read flush_bytes of the pool from the cursor (then cold for all)."""
+        words = self.flush_bytes // 8
+        start = (self.cursor // 8) % max(1, len(self._u64) - words + 1)
+        self._u64[start:start + words].sum()
+        self.cursor = (start + words) * 8 % self.size
+
+    def release(self) -> None:
+        """Forget the pages of each size (a program's sizes are its own)."""
+        for _, slots in self._slots.values():
+            _drop([s for s in slots if s is not None])
+        self._slots.clear()
+
+    def close(self) -> None:
+        self.release()
+        self._u64 = None
+        self.buf.close()
+
+
+# ---- a program, ready to run ------------------------------------------------------
+
+Clear = Callable[[Slot], Any]
+Work = Callable[[Slot, int], Any]
+
+
+def _multipliers(rng: Any, calls: int, sigma: float) -> list[float]:
+    """Per step: exp(sigma Z - sigma^2 / 2), mean 1."""
+    if sigma <= 0:
+        return [1.0] * calls
+    return [float(x) for x in rng.lognormal(-sigma * sigma / 2, sigma, calls)]
+
+
+class _WorkMaker:
+    """The work of one phase on buffers of each size, drawn once from the
+    phase's seed (the same steps for every candidate)."""
+
+    def __init__(self, program: G.Program, ph: G.Phase, other: Any) -> None:
+        import numpy as np
+
+        self.ph = ph
+        rng = np.random.default_rng([ph.seed, 2024])
+        self.mult = _multipliers(rng, ph.calls, ph.noise)
+        self.u = [float(x) for x in rng.random(ph.calls)]
+        kinds = rng.integers(0, len(G.MIXED_OF), ph.calls)
+        self.kinds = [G.MIXED_OF[int(k)] for k in kinds] if ph.work == G.MIXED else None
+        self.rng = rng
+        self.other = other
+        self.other_cursor = [0]
+        self.by_size: dict[int, Work] = {}
+
+    def for_size(self, n: int) -> Work | None:
+        if self.ph.work == G.NONE:
+            return None
+        if n not in self.by_size:
+            self.by_size[n] = self._make(n)
+        return self.by_size[n]
+
+    def _make(self, n: int) -> Work:
+        import numpy as np
+
+        ph, mult, u = self.ph, self.mult, self.u
+        w = G.step_work(ph, n)
+        words = max(1, n // 8)
+        # writes: a window of a long enough array of random word indices
+        counts = [max(1, min(words, G.WRITES_MAX, int(w.words * m))) for m in mult]
+        idx = np.random.default_rng([ph.seed, n]).integers(0, words, 2 * max(counts))
+        starts = [int(x * (len(idx) - c)) for x, c in zip(u, counts)]
+        row = min(n, G.ROW)
+        heads = [max(8, min(row, int(w.head * m) // 8 * 8)) for m in mult]
+        sums = [max(1, int(w.sum_words * m)) for m in mult]
+        reads = [max(1, int(w.read_words * m)) for m in mult]
+        other = self.other
+        ocur = self.other_cursor
+        # sleeps shorter than SLEEP_MIN_S sleep that long, that much less often
+        sleeps = []
+        for m, x in zip(mult, u):
+            t = w.seconds * m
+            sleeps.append(t if t >= G.SLEEP_MIN_S else
+                          G.SLEEP_MIN_S if x < t / G.SLEEP_MIN_S else 0.0)
+        sleep = time.sleep
+
+        def writes(s: Slot, i: int) -> Any:
+            sel = idx[starts[i]:starts[i] + counts[i]]
+            s.u64[sel] = 7
+            return s.u64[sel].sum()
+
+        def pad(s: Slot, i: int) -> Any:
+            s.rows[:, :heads[i]] = 1
+            return s.u64.sum()
+
+        def total(s: Slot, i: int) -> Any:
+            full, rest = divmod(sums[i], words)
+            for _ in range(full):
+                s.u64.sum()
+            return s.u64[:rest].sum()
+
+        def read(s: Slot, i: int) -> None:
+            k = reads[i]
+            have = len(other)
+            while k > 0:
+                c = ocur[0]
+                take = min(k, have - c)
+                other[c:c + take].sum()
+                k -= take
+                ocur[0] = (c + take) % have
+
+        def nap(s: Slot, i: int) -> None:
+            if sleeps[i]:
+                sleep(sleeps[i])
+
+        table = {G.WRITES: writes, G.PAD: pad, G.SUM: total, G.READ: read, G.SLEEP: nap}
+        if self.kinds is None:
+            return table[ph.work]
+        picks = [table[k] for k in self.kinds]
+
+        def mixed(s: Slot, i: int) -> Any:
+            return picks[i](s, i)
+        return mixed
+
+
+class Running:
+    """A program's memory, allocated and prefaulted once, and its phases
+    ready to run with any candidate's clear."""
+
+    def __init__(self, program: G.Program, pool: Pool) -> None:
+        self.program = program
+        self.pool = pool
+        self.bufs = [_measure.Buffer(n) for n in program.buffers]
+        self.slots = [_make_slot(b, 0, n) for b, n in zip(self.bufs, program.buffers)]
+        self.other_buf = _measure.Buffer(program.other) if program.other else None
+        other = (self.other_buf.numpy()[:program.other // 8 * 8].view("uint64")
+                 if self.other_buf else None)
+        self.foreign_buf = _measure.Buffer(program.foreign) if program.foreign else None
+        self.foreign_slot = (_make_slot(self.foreign_buf, 0, program.foreign)
+                             if self.foreign_buf else None)
+        self.work = [_WorkMaker(program, ph, other) for ph in program.phases]
+        self.orders: list[list[int]] = []
+        import numpy as np
+
+        for ph in program.phases:
+            k = len(ph.buffers)
+            if ph.place == G.SEVERAL and ph.random_order:
+                order = np.random.default_rng([ph.seed, 7]).integers(0, k, ph.calls)
+                self.orders.append([int(x) for x in order])
+            else:
+                self.orders.append([i % max(k, 1) for i in range(ph.calls)])
+
+    def foreign(self, ph: G.Phase) -> Callable[[], Any] | None:
+        if not ph.foreign or self.foreign_slot is None:
+            return None
+        s = self.foreign_slot
+        if ph.foreign == G.FOREIGN_NUMPY:
+            return lambda: s.u8.fill(0)
+        if ph.foreign == G.FOREIGN_MEMSET:
+            memset = ctypes.memset
+            return lambda: memset(s.addr, 0, s.n)
+        th = _core.thresholds()
+        name = th.temporal if ph.foreign == G.FOREIGN_TEMPORAL else th.streaming
+        clear = _core.clear
+        return lambda: clear(s.mv, method=name)  # type: ignore[arg-type]
+
+    def run(self, clear: Clear | None) -> list[float]:
+        """Seconds per phase, summed over the program's passes."""
+        times = [0.0] * len(self.program.phases)
+        for _ in range(self.program.passes):
+            for k in range(len(times)):
+                times[k] += self._phase(k, clear)
+        return times
+
+    def _phase(self, k: int, clear: Clear | None) -> float:
+        ph = self.program.phases[k]
+        wm = self.work[k]
+        foreign = self.foreign(ph)
+        every = max(1, ph.foreign_every)
+        clock = time.perf_counter_ns
+        if clear is None:
+            def clear(s: Slot) -> None:
+                return None
+        if ph.place == G.THREADS:
+            return self._threads(ph, wm, clear, foreign, every)
+        if ph.place == G.HOT_POOL:
+            hot = self.slots[ph.buffers[0]]
+            work = wm.for_size(hot.n)
+            pages = self.pool.take(ph.page, ph.calls)
+            t0 = clock()
+            for i, p in enumerate(pages):
+                clear(hot)
+                if work is not None:
+                    work(hot, i)
+                clear(p)
+                if foreign is not None and i % every == 0:
+                    foreign()
+            return (clock() - t0) / 1e9
+        if ph.place == G.WALK:
+            seq = self.pool.take(ph.page, ph.calls)
+            work = wm.for_size(ph.page)
+            works = None
+        else:
+            own = [self.slots[b] for b in ph.buffers]
+            seq = [own[j] for j in self.orders[k]]
+            made = {s.n: wm.for_size(s.n) for s in own}
+            works = made if len(made) > 1 else None
+            work = next(iter(made.values()))
+        if work is None and foreign is None:
+            t0 = clock()
+            for s in seq:
+                clear(s)
+            return (clock() - t0) / 1e9
+        t0 = clock()
+        for i, s in enumerate(seq):
+            clear(s)
+            w = work if works is None else works[s.n]
+            if w is not None:
+                w(s, i)
+            if foreign is not None and i % every == 0:
+                foreign()
+        return (clock() - t0) / 1e9
+
+    def _threads(self, ph: G.Phase, wm: _WorkMaker, clear: Clear,
+                 foreign: Callable[[], Any] | None, every: int) -> float:
+        a, b = (self.slots[i] for i in ph.buffers)
+        go = threading.Barrier(3)
+
+        def body(s: Slot, lead: bool) -> None:
+            work = wm.for_size(s.n)
+            go.wait()
+            for i in range(ph.calls):
+                clear(s)
+                if work is not None:
+                    work(s, i)
+                if lead and foreign is not None and i % every == 0:
+                    foreign()
+
+        threads = [threading.Thread(target=body, args=(a, True)),
+                   threading.Thread(target=body, args=(b, False))]
+        for t in threads:
+            t.start()
+        t0 = time.perf_counter_ns()
+        go.wait()
+        for t in threads:
+            t.join()
+        return (time.perf_counter_ns() - t0) / 1e9
+
+    def close(self) -> None:
+        _drop(self.slots)
+        if self.foreign_slot is not None:
+            _drop([self.foreign_slot])
+        self.work = []
+        for b in self.bufs + [x for x in (self.other_buf, self.foreign_buf) if x]:
+            b.close()
+        self.bufs = []
+        self.pool.release()
+
+
+# ---- candidates -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    name: str
+    clear: Clear | None
+    before: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+
+
+def candidate(name: str) -> Candidate:
+    if name == AUTO:
+        return Candidate(name, clearer(AUTO), before=_adapt.reset)
+    if name == CARRIED:
+        return Candidate(name, clearer(AUTO))
+    if name == STATIC:
+        was = [True]
+
+        def off() -> None:
+            was[0] = _core.adaptive()
+            _core.set_adaptive(False)
+
+        def back() -> None:
+            _core.set_adaptive(was[0])
+        return Candidate(name, clearer(AUTO), before=off, after=back)
+    if name == WORK_ONLY:
+        return Candidate(name, None)
+    return Candidate(name, clearer(name))
+
+
+def run_once(running: Running, cand: Candidate) -> list[float]:
+    """One run of the program with cand, from the same cache state as any."""
+    if cand.before is not None:
+        cand.before()
+    running.pool.flush()
+    gc.disable()
+    try:
+        return running.run(cand.clear)
+    finally:
+        gc.enable()
+        if cand.after is not None:
+            cand.after()
+
+
+# ---- results ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ProgramResult:
+    """One program: seconds per phase, per round, per candidate."""
+
+    program: G.Program
+    times: dict[str, list[list[float]]]
+    fixed: list[str]
+    wall_s: float = 0.0
+
+    @property
+    def rounds(self) -> int:
+        return min(len(v) for v in self.times.values()) if self.times else 0
+
+    def totals(self, name: str) -> list[float]:
+        return [sum(r) for r in self.times[name]]
+
+    def phase(self, name: str, k: int) -> list[float]:
+        return [r[k] for r in self.times[name]]
+
+    def _phase_of(self, name: str, *, k: int) -> list[float]:
+        return self.phase(name, k)
+
+    def phase_best(self, k: int) -> str:
+        """The fixed choice fastest on phase k (median over rounds)."""
+        return min(self.fixed, key=lambda n: statistics.median(self.phase(n, k)))
+
+    def best(self) -> str:
+        """The fixed choice fastest on the whole program."""
+        return min(self.fixed, key=lambda n: statistics.median(self.totals(n)))
+
+    def fastest(self, series: Callable[[str], list[float]]) -> list[float]:
+        """Per round r: the time in round r of the fixed choice whose median
+        over the *other* rounds is lowest (over all of them when there is
+        one round).  So a round's own noise never picks the best it is
+        compared with: a minimum over many near-tied candidates, taken on
+        the rounds it then scores, would flatter the best by the noise."""
+        data = {n: series(n) for n in self.fixed}
+        out = []
+        for r in range(self.rounds):
+            def others(n: str, r: int = r) -> float:
+                xs = [x for i, x in enumerate(data[n]) if i != r] or data[n]
+                return statistics.median(xs)
+            out.append(data[min(self.fixed, key=others)][r])
+        return out
+
+    def reference(self, ref: str) -> list[float]:
+        """Per round: the oracle's, the best fixed choice's or a candidate's time."""
+        if ref == ORACLE:
+            per_phase = [self.fastest(functools.partial(self._phase_of, k=k))
+                         for k in range(len(self.program.phases))]
+            return [sum(p[r] for p in per_phase) for r in range(self.rounds)]
+        if ref == BEST:
+            return self.fastest(self.totals)
+        return self.totals(ref)
+
+    def ratios(self, name: str, ref: str) -> list[float]:
+        """Per round: ref's time over name's (1.0: as fast; above: faster)."""
+        return [a / b if b > 0 else math.nan
+                for a, b in zip(self.reference(ref), self.totals(name))]
+
+    def phase_ratios(self, name: str, k: int) -> list[float]:
+        """Per round: phase k's best fixed choice's time over name's."""
+        best = self.fastest(functools.partial(self._phase_of, k=k))
+        return [a / b if b > 0 else math.nan for a, b in zip(best, self.phase(name, k))]
+
+    def judge(self, name: str, ref: str, goal: float) -> _measure.GoalVerdict:
+        return _measure.judge_rounds(self.ratios(name, ref), goal, name, ref)
+
+    def judge_phase(self, name: str, k: int) -> _measure.GoalVerdict:
+        ph = self.program.phases[k]
+        return _measure.judge_rounds(self.phase_ratios(name, k), ph.goal or G.GOAL_CELL,
+                                     name, "the phase's best (%s)" % self.phase_best(k))
+
+    def work_share(self, k: int) -> float | None:
+        """The work's time over the clears' on phase k (from 'work only'
+        against the phase's best fixed choice), or None where not measured."""
+        if WORK_ONLY not in self.times:
+            return None
+        work = statistics.median(self.phase(WORK_ONLY, k))
+        best = statistics.median(self.phase(self.phase_best(k), k))
+        return work / (best - work) if best > work > 0 else math.inf if work > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"program": self.program.to_json(), "describe": G.describe(self.program),
+                "times": self.times, "fixed": self.fixed, "wall_s": self.wall_s}
+
+
+# ---- running many -----------------------------------------------------------------
+
+
+PACE_GUESS = 1.3
+"""Seconds a run takes per nominal second of its programs, until measured
+(setup, the cache flush before each run, work slower than nominal)."""
+
+
+class Clock:
+    """The time left, from the programs' nominal times corrected by the pace
+    measured so far."""
+
+    def __init__(self, nominal: Sequence[float], runs_each: int) -> None:
+        self.left = [x * runs_each for x in nominal]
+        self.total_nominal = sum(self.left)
+        self.done_nominal = 0.0
+        self.start = time.monotonic()
+        self.pace = PACE_GUESS
+        """Measured seconds per nominal second."""
+
+    def advance(self, nominal: float) -> None:
+        self.done_nominal += nominal
+        spent = time.monotonic() - self.start
+        if self.done_nominal > 0:
+            self.pace = spent / self.done_nominal
+
+    def remaining_s(self) -> float:
+        return max(0.0, (self.total_nominal - self.done_nominal) * self.pace)
+
+
+def format_duration(s: float) -> str:
+    if s < 90:
+        return "%d s" % round(s)
+    if s < 5400:
+        return "%d min" % round(s / 60)
+    return "%.1f h" % (s / 3600)
+
+
+def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = ROUNDS,
+        pool_bytes: int | None = None,
+        progress: Callable[[int, int, str], None] | None = None) -> list[ProgramResult]:
+    """Every program, every candidate, ``rounds`` interleaved rounds."""
+    if not _measure.have_numpy():
+        raise ValueError("the program benchmark needs numpy (its programs use it)")
+    cands = [candidate(n) for n in names]
+    l3 = _core.cpu().last_cache or G.DEFAULT_L3
+    size = pool_bytes or _measure.cold_pool_size()
+    biggest = max([n for p in programs for ph in p.phases for n in p.sizes(ph)
+                   if ph.place in (G.WALK, G.HOT_POOL)] or [0])
+    size = max(size, biggest * _measure.COLD_MIN_SLOTS)
+    clock = Clock([G.estimate_s(p) for p in programs], rounds * len(cands))
+    total = len(programs) * rounds
+    out = []
+    pool = Pool(size, l3)
+    try:
+        for i, prog in enumerate(programs):
+            running = Running(prog, pool)
+            start = time.monotonic()
+            times: dict[str, list[list[float]]] = {c.name: [] for c in cands}
+            nominal = G.estimate_s(prog) * len(cands)
+            try:
+                gc.collect()
+                for r in range(rounds):
+                    shift = r % len(cands)
+                    for c in cands[shift:] + cands[:shift]:
+                        times[c.name].append(run_once(running, c))
+                    clock.advance(nominal)
+                    if progress is not None:
+                        progress(i * rounds + r + 1, total, "%s (%d/%d), %s left" % (
+                            prog.name, i + 1, len(programs),
+                            format_duration(clock.remaining_s())))
+            finally:
+                running.close()
+            out.append(ProgramResult(prog, times, fixed_names(names),
+                                     time.monotonic() - start))
+    finally:
+        pool.close()
+    return out
+
+
+# ---- judging many -----------------------------------------------------------------
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of xs, linear between order statistics."""
+    s = sorted(x for x in xs if math.isfinite(x))
+    if not s:
+        return math.nan
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def over_programs(results: Sequence[ProgramResult], name: str, ref: str, q: float,
+                  goal: float, what: str) -> _measure.GoalVerdict:
+    """The q-quantile over programs of name's ratio to ref, round by round,
+    judged over the rounds."""
+    rounds = min((r.rounds for r in results), default=0)
+    per_round = [percentile([res.ratios(name, ref)[k] for res in results], q)
+                 for k in range(rounds)]
+    v = _measure.judge_rounds(per_round, goal, name, ref)
+    return dataclasses.replace(v, reference="%s, %s" % (ref, what))
+
+
+@dataclasses.dataclass
+class EveryProgram:
+    """A goal that holds in every program: each program's verdict."""
+
+    name: str
+    ref: str
+    goal: float
+    verdicts: list[tuple[str, _measure.GoalVerdict]]
+
+    def count(self, outcome: str) -> int:
+        return sum(v.outcome == outcome for _, v in self.verdicts)
+
+    @property
+    def outcome(self) -> str:
+        if self.count(_measure.MISS):
+            return _measure.MISS
+        if self.count(_measure.UNMEASURED):
+            return _measure.UNMEASURED
+        return _measure.OK
+
+    def worst(self) -> tuple[str, _measure.GoalVerdict] | None:
+        return min(self.verdicts, key=lambda x: x[1].ratio, default=None)
+
+    def text(self) -> str:
+        return "%s >= %.2f of %s in every program: %d ok, %d miss, %d unmeasured: %s" % (
+            self.name, self.goal, self.ref, self.count(_measure.OK),
+            self.count(_measure.MISS), self.count(_measure.UNMEASURED), self.outcome)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "reference": self.ref, "goal": self.goal,
+                "outcome": self.outcome,
+                "programs": {p: v.to_json() for p, v in self.verdicts}}
+
+
+def every_program(results: Sequence[ProgramResult], name: str, ref: str,
+                  goal: float) -> EveryProgram:
+    return EveryProgram(name, ref, goal, [(r.program.name, r.judge(name, ref, goal))
+                                          for r in results])
+
+
+@dataclasses.dataclass
+class Goals:
+    """The goals over generated programs, for one candidate (auto, or the
+    static default)."""
+
+    name: str
+    rivals: list[EveryProgram]
+    median: _measure.GoalVerdict
+    p10: _measure.GoalVerdict
+
+    @property
+    def outcomes(self) -> list[str]:
+        return [g.outcome for g in self.rivals] + [self.median.outcome, self.p10.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "rivals": [g.to_json() for g in self.rivals],
+                "median": self.median.to_json(), "p10": self.p10.to_json()}
+
+
+def goals(results: Sequence[ProgramResult], name: str = AUTO) -> Goals:
+    rivals = [every_program(results, name, r, GOAL_RIVAL) for r in RIVALS
+              if r in results[0].times]
+    return Goals(name, rivals,
+                 over_programs(results, name, ORACLE, 0.5, GOAL_MEDIAN,
+                               "median over programs"),
+                 over_programs(results, name, ORACLE, 0.1, GOAL_P10,
+                               "10th percentile over programs"))
+
+
+# ---- where auto loses ------------------------------------------------------------
+
+
+def size_band(n: float, l2: int, l3: int) -> str:
+    """Bands against the caches: where the choice between stores changes."""
+    bands = [(16 * KiB, "<16K"), (l2 // 8 or 128 * KiB, "<L2/8"), (l2 or MiB, "<L2"),
+             (l3 // 4 or 8 * MiB, "<L3/4"), (l3 or 32 * MiB, "<L3")]
+    for top, label in bands:
+        if n < top:
+            return label
+    return ">=L3"
+
+
+def use_band(share: float | None) -> str:
+    """The work's measured time against the clears'."""
+    if share is None:
+        return "?"
+    if share < 0.05:
+        return "none"
+    if share < 1:
+        return "<1x"
+    if share < 5:
+        return "1-5x"
+    return ">=5x"
+
+
+@dataclasses.dataclass
+class PhaseRow:
+    program: str
+    index: int
+    place: str
+    work: str
+    size: float
+    band: str
+    use: str
+    calls: int
+    ratio: float
+    """auto's median per-round ratio to the phase's best fixed choice."""
+    best: str
+    weight: float
+    """The phase's share of the program's best time."""
+
+
+def phase_rows(results: Sequence[ProgramResult], name: str = AUTO) -> list[PhaseRow]:
+    cpu = _core.cpu()
+    rows = []
+    for res in results:
+        prog = res.program
+        best_total = statistics.median(res.reference(ORACLE)) or 1.0
+        for k, ph in enumerate(prog.phases):
+            n = G.phase_bytes(prog, ph)
+            best = res.phase_best(k)
+            rows.append(PhaseRow(
+                prog.name, k, ph.place, ph.work, n, size_band(n, cpu.l2, cpu.l3),
+                use_band(res.work_share(k)), ph.calls,
+                statistics.median(res.phase_ratios(name, k)), best,
+                statistics.median(res.phase(best, k)) / best_total))
+    return rows
+
+
+def losses_by(rows: Sequence[PhaseRow], key: Callable[[PhaseRow], str],
+              order: Sequence[str] = ()) -> list[list[str]]:
+    """Per group: phases, auto's median ratio, its 10th percentile, the
+    share of phases below 0.9, the worst, and the fixed choice best most often."""
+    groups: dict[str, list[PhaseRow]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    keys = [k for k in order if k in groups] + sorted(k for k in groups if k not in order)
+    out = []
+    for k in keys:
+        g = groups[k]
+        rs = [r.ratio for r in g]
+        bests = statistics.mode([r.best for r in g])
+        out.append([k, str(len(g)), "%.2f" % statistics.median(rs),
+                    "%.2f" % percentile(rs, 0.1),
+                    "%d%%" % round(100 * sum(x < 0.9 for x in rs) / len(rs)),
+                    "%.2f" % min(rs), bests])
+    return out
+
+
+# ---- reports -------------------------------------------------------------------
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], out: Any,
+           optional: Sequence[int] = ()) -> None:
+    from . import output
+
+    output.table(rows, head, out, optional=optional)
+
+
+def _say(text: str, out: Any, indent: str = "", hang: str = "  ") -> None:
+    from . import output
+
+    output.say(text, out, indent=indent, hang=hang)
+
+
+def _fmt_ratio(v: _measure.GoalVerdict) -> tuple[str, str, str]:
+    """(figure, rounds, outcome) of a verdict, for a table."""
+    return "%.2f" % v.ratio, "%.2f-%.2f" % (v.q1, v.q3), v.outcome
+
+
+def _median(xs: Sequence[float]) -> float:
+    ys = [x for x in xs if math.isfinite(x)]
+    return statistics.median(ys) if ys else math.nan
+
+
+def report_cases(results: Sequence[ProgramResult], out: Any) -> dict[str, int]:
+    """The hand-written cases: every phase cell, auto against the phase's
+    best fixed choice; returns the count of each outcome."""
+    _say("auto's ratio to the phase's best fixed choice (its time over auto's, per "
+         "round; 1.00 is as fast), the median and the interquartile range of the "
+         "rounds; goals: every cell 0.90, cold then used 0.75.  carried: the learner "
+         "kept from the runs before; static: adaptation off.", out)
+    head = ["program", "phase", "auto", "rounds", "verdict", "best", "carried",
+            "static", "/numpy", "/memset"]
+    rows = []
+    counts = dict.fromkeys(_measure.OUTCOMES, 0)
+    misses = []
+    for res in results:
+        for k, ph in enumerate(res.program.phases):
+            v = res.judge_phase(AUTO, k)
+            counts[v.outcome] += 1
+            if v.outcome != _measure.OK:
+                misses.append("%s, %s: %s" % (res.program.name, ph.label, v.text()))
+
+            def other(name: str, k: int = k, res: ProgramResult = res) -> str:
+                return ("%.2f" % _median(res.phase_ratios(name, k))
+                        if name in res.times else "-")
+
+            def rival(name: str, k: int = k, res: ProgramResult = res) -> str:
+                if name not in res.times:
+                    return "-"
+                return "%.2f" % _median([a / b for a, b in zip(res.phase(name, k),
+                                                               res.phase(AUTO, k))])
+            fig, spread, outcome = _fmt_ratio(v)
+            rows.append([res.program.name, ph.label or ph.place, fig, spread, outcome,
+                         res.phase_best(k), other(CARRIED), other(STATIC),
+                         rival(_measure.NUMPY_FILL), rival(_measure.MEMSET)])
+    _table(head, rows, out, optional=(9, 8, 7, 6, 5))
+    print(file=out)
+    _say("cells: %d ok, %d miss, %d unmeasured (retake)" % (
+        counts[_measure.OK], counts[_measure.MISS], counts[_measure.UNMEASURED]), out)
+    for m in misses:
+        _say(m, out, indent="  ", hang="    ")
+    return counts
+
+
+def _goal_lines(g: Goals, out: Any) -> None:
+    for e in g.rivals:
+        _say(e.text(), out, indent="  ", hang="    ")
+        worst = e.worst()
+        if worst is not None and worst[1].outcome != _measure.OK:
+            _say("worst, %s: %s" % (worst[0], worst[1].text()), out,
+                 indent="    ", hang="      ")
+    for v in (g.median, g.p10):
+        _say(v.text(), out, indent="  ", hang="    ")
+
+
+def report_generated(results: Sequence[ProgramResult], out: Any,
+                     worst: int = 12) -> dict[str, Goals]:
+    """The goals over generated programs, where auto loses, the worst
+    programs; returns the goals judged (auto and the static default)."""
+    if not results:
+        return {}
+    judged = {name: goals(results, name) for name in (AUTO, STATIC)
+              if name in results[0].times}
+    for name, g in judged.items():
+        print(file=out)
+        _say({AUTO: "goals, auto (the learner forgotten before each run, as in a fresh "
+                    "process):",
+              STATIC: "the same goals, auto static (adaptation off, as "
+                      "CLEARPAGES_ADAPT=0 runs):"}[name], out)
+        _goal_lines(g, out)
+    print(file=out)
+    _say("figures without a goal, medians over programs of the median over rounds:", out)
+    rows = []
+    for name in (AUTO, CARRIED, STATIC):
+        if name not in results[0].times:
+            continue
+        per = [[_median(r.ratios(name, ref)) for r in results]
+               for ref in (ORACLE, BEST, _measure.NUMPY_FILL, _measure.MEMSET)]
+        rows.append([name] + ["%.2f (%.2f)" % (_median(xs), percentile(xs, 0.1))
+                              for xs in per])
+    _table(["candidate", "/oracle", "/best", "/numpy.fill", "/memset"], rows, out)
+    _say("each: median over programs (10th percentile); /X: X's time over the "
+         "candidate's; oracle: the fastest fixed choice of each phase, summed; best: the "
+         "fastest fixed choice of the whole program", out)
+    prows = phase_rows(results)
+    print(file=out)
+    _say("where auto loses: %d phases, auto's median ratio to the phase's best fixed "
+         "choice, by size (against the caches), place, work and the work's measured "
+         "time against the clears'" % len(prows), out)
+    head = ["", "phases", "median", "p10", "<0.9", "worst", "best most often"]
+    for label, key, order in (
+            ("size", lambda r: r.band, ("<16K", "<L2/8", "<L2", "<L3/4", "<L3", ">=L3")),
+            ("place", lambda r: r.place, G.PLACES),
+            ("work", lambda r: r.work, G.WORKS),
+            ("use", lambda r: r.use, ("none", "<1x", "1-5x", ">=5x"))):
+        rows = losses_by(prows, key, order)
+        print(file=out)
+        _table([label] + head[1:], rows, out, optional=(6,))
+    print(file=out)
+    ranked = sorted(results, key=lambda r: _median(r.ratios(AUTO, ORACLE)))[:worst]
+    _say("the %d programs where auto does worst against the oracle (replay one: "
+         "--generated N --seed S, the program g<S>.<index>):" % len(ranked), out)
+    rows = []
+    for r in ranked:
+        rows.append([r.program.name, "%.2f" % _median(r.ratios(AUTO, ORACLE)),
+                     "%.2f" % _median(r.ratios(AUTO, _measure.NUMPY_FILL))
+                     if _measure.NUMPY_FILL in r.times else "-",
+                     "%.2f" % _median(r.ratios(AUTO, _measure.MEMSET))
+                     if _measure.MEMSET in r.times else "-",
+                     G.describe(r.program)])
+    _table(["program", "/oracle", "/numpy", "/memset", "phases"], rows, out)
+    return judged
+
+
+def from_json(data: dict[str, Any]) -> list[ProgramResult]:
+    """The results of a run, from what ``to_json`` wrote (``--json``)."""
+    return [ProgramResult(G.Program.from_json(p["program"]), p["times"], p["fixed"],
+                          p.get("wall_s", 0.0)) for p in data["programs"]]
+
+
+def to_json(results: Sequence[ProgramResult], settings: dict[str, Any],
+            judged: dict[str, Goals] | None = None) -> dict[str, Any]:
+    from . import report
+
+    return {"machine": report.machine(), "settings": settings,
+            "goals": {k: g.to_json() for k, g in (judged or {}).items()},
+            "phases": [dataclasses.asdict(r) for r in phase_rows(results)]
+            if results and AUTO in results[0].times else [],
+            "programs": [r.to_json() for r in results]}

@@ -1,0 +1,256 @@
+"""The program generator (clearpages/tools/generated.py) and the engine that
+runs its programs (tools/phased.py): a seed draws the same programs, within
+the stated ranges and bounds; the oracle and the goals over programs are
+computed as documented, on synthetic times; a tiny run completes.  No timing
+is asserted."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import math
+
+import pytest
+
+from clearpages.tools import generated as G, measure, phased
+from clearpages.tools.cli import main
+
+L3 = 32 << 20
+SEEDS = range(300)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[G.Program]:
+    return [G.generate(s % 7, s, L3) for s in SEEDS]
+
+
+def test_a_seed_draws_the_same_program():
+    for i in range(20):
+        assert G.generate(11, i, L3) == G.generate(11, i, L3)
+    assert G.generate(11, 0, L3) != G.generate(12, 0, L3)
+    assert G.generate(11, 0, L3) != G.generate(11, 1, L3)
+    # the cache size scales the sizes, not the rest of the draw
+    a, b = G.generate(11, 3, L3), G.generate(11, 3, 8 << 20)
+    assert [p.place for p in a.phases] == [p.place for p in b.phases]
+
+
+def test_a_program_survives_json():
+    p = G.generate(3, 4, L3)
+    assert G.Program.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_sizes_and_lengths_within_their_ranges(corpus):
+    lo, hi = G.size_range(L3)
+    assert (lo, hi) == (4096, 4 * L3)
+    sizes = [n for p in corpus for ph in p.phases for n in p.sizes(ph)]
+    assert min(sizes) >= lo and max(sizes) <= hi
+    assert all(n % 64 == 0 for n in sizes)
+    # not only powers of two, and both ends of the range are reached
+    assert sum(n & (n - 1) != 0 for n in sizes) > len(sizes) / 2
+    assert min(sizes) < 16 * 1024 and max(sizes) > L3
+    calls = [ph.calls for p in corpus for ph in p.phases]
+    assert min(calls) >= G.CALLS[0] and max(calls) <= G.CALLS[1]
+    assert min(calls) < 100 and max(calls) > 4000
+    factors = [ph.factor for p in corpus for ph in p.phases]
+    assert min(factors) == 0 and max(factors) <= G.MAX_FACTOR and max(factors) > 10
+    small = G.size_range(4 << 20)
+    assert small[1] == 16 << 20
+    assert G.size_range(1 << 30)[1] == G.MAX_SIZE
+
+
+def test_every_kind_appears(corpus):
+    phases = [ph for p in corpus for ph in p.phases]
+    assert {ph.place for ph in phases} == set(G.PLACES)
+    assert {ph.work for ph in phases} == set(G.WORKS)
+    assert {ph.foreign for ph in phases} == set(G.FOREIGNS) | {""}
+    assert {ph.noise for ph in phases} >= {0.0, 1.0}
+    several = [len(ph.buffers) for ph in phases if ph.place == G.SEVERAL]
+    assert min(several) == 2 and max(several) == 4
+    assert all(len(ph.buffers) == 2 for ph in phases if ph.place == G.THREADS)
+    for p in corpus:
+        for ph in p.phases:
+            if ph.place == G.SEVERAL:
+                sizes = p.sizes(ph)
+                assert len(set(sizes)) > 1 or len(p.buffers) == 1
+    # a program's buffer comes back in a later phase ("warm again")
+    assert any(len({ph.buffers for ph in p.phases if ph.place == G.ONE})
+               < sum(ph.place == G.ONE for ph in p.phases) for p in corpus)
+    assert collections.Counter(len(p.phases) for p in corpus).keys() >= {2, 6}
+
+
+def test_programs_are_bounded_in_memory_and_time(corpus):
+    for p in corpus:
+        assert p.private_bytes() <= G.PRIVATE_MAX
+        assert all(i < len(p.buffers) for ph in p.phases for i in ph.buffers)
+        assert G.estimate_s(p) <= G.SECONDS[1] * 1.5
+        assert 1 <= p.passes <= G.MAX_PASSES
+    est = sorted(G.estimate_s(p) for p in corpus)
+    assert est[len(est) // 2] >= G.SECONDS[0]
+
+
+def test_work_is_sized_from_the_factor():
+    ph = G.Phase(G.ONE, 100, (0,), work=G.SUM, factor=2.0)
+    n = 1 << 20
+    w = G.step_work(ph, n)
+    assert w.seconds == pytest.approx(2 * G.clear_s(n))
+    assert w.cost_s(G.SUM, n) == pytest.approx(w.seconds + G.CALL_S, rel=0.01)
+    none = G.Phase(G.ONE, 100, (0,))
+    prog = G.Program("p", (n,), (none,))
+    assert G.estimate_s(prog) == pytest.approx(100 * G.clear_s(n))
+    assert G.estimate_s(G.Program("p", (n,), (ph,))) > 2.5 * G.estimate_s(prog)
+
+
+def test_the_hand_written_cases():
+    pool = 512 << 20
+    wc = G.warm_cold(1 << 20, pool)
+    assert [p.label for p in wc.phases] == ["warm", "cold", "warm again"]
+    assert wc.phases[0].calls == wc.phases[2].calls == G.WARM_CALLS
+    # three walks over the pool's 512 pages of 1 MiB
+    assert wc.phases[1].calls == 3 * 512 and wc.phases[1].page == 1 << 20
+    for kind in (G.WRITES, G.PAD):
+        u = G.used(kind, 16 * 1024)
+        assert [p.goal for p in u.phases] == [G.GOAL_CELL, G.GOAL_COLD_USED]
+        assert [p.place for p in u.phases] == [G.ONE, G.WALK]
+        assert all(p.calls <= G.USED_CALLS for p in u.phases)
+    # 1/16 of the 8-byte words; half of each row
+    assert G.step_work(G.used(G.WRITES, 1 << 20).phases[0], 1 << 20).words == (1 << 20) // 128
+    assert G.step_work(G.used(G.PAD, 1 << 20).phases[0], 1 << 20).head == G.ROW // 2
+    names = [p.name for p in G.cases(pool=pool)]
+    assert len(names) == len(set(names)) == len(G.WARM_COLD_SIZES) + 2 * len(G.USED_SIZES)
+    with pytest.raises(ValueError, match="unknown case"):
+        G.cases(["nope"], pool=pool)
+
+
+# ---- the engine's arithmetic, on synthetic times ----------------------------------
+
+
+def _result(times: dict[str, list[list[float]]], phases: int = 2) -> phased.ProgramResult:
+    prog = G.Program("t", (4096,), tuple(G.Phase(G.ONE, 50, (0,)) for _ in range(phases)))
+    fixed = [n for n in times if n not in phased.AUTOS and n != phased.WORK_ONLY]
+    return phased.ProgramResult(prog, times, fixed)
+
+
+def test_the_oracle_takes_each_phases_fastest():
+    # a is fastest on phase 0, b on phase 1; auto as fast as the oracle
+    r = _result({"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 3.0]] * 5, "b": [[3.0, 1.0]] * 5})
+    assert r.reference(phased.ORACLE) == [2.0] * 5
+    assert r.ratios("auto", phased.ORACLE) == [1.0] * 5
+    assert r.ratios("auto", phased.BEST) == [2.0] * 5
+    assert r.phase_best(0) == "a" and r.phase_best(1) == "b"
+    assert r.judge("auto", phased.ORACLE, 0.97).outcome == measure.OK
+    assert r.phase_ratios("a", 1) == [pytest.approx(1 / 3)] * 5
+
+
+def test_a_rounds_own_noise_does_not_pick_its_best():
+    # a's median over all rounds (0.9) beats b's (1.0) by its three lucky
+    # rounds; each round's best is told by the other rounds: without its own
+    # lucky round, a's median is 1.05 in rounds 0-2, so b is their best there
+    a = [[0.9], [0.9], [0.9], [1.2], [1.2]]
+    b = [[1.0]] * 5
+    r = _result({"auto": [[1.0]] * 5, "a": a, "b": b}, phases=1)
+    assert r.phase_best(0) == "a"
+    assert r.reference(phased.ORACLE) == [1.0, 1.0, 1.0, 1.2, 1.2]
+    assert r.reference(phased.BEST) == [1.0, 1.0, 1.0, 1.2, 1.2]
+
+
+def test_goals_over_programs():
+    good = _result({"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5,
+                    "numpy.fill": [[1.0, 1.0]] * 5, "ctypes.memset": [[2.0, 2.0]] * 5})
+    bad = _result({"auto": [[2.0, 2.0]] * 5, "a": [[1.0, 1.0]] * 5,
+                   "numpy.fill": [[1.5, 1.5]] * 5, "ctypes.memset": [[3.0, 3.0]] * 5})
+    g = phased.goals([good, good, bad])
+    fill, memset = g.rivals
+    assert fill.outcome == measure.MISS and fill.count(measure.MISS) == 1
+    assert fill.worst()[1].ratio == pytest.approx(0.75)
+    assert memset.outcome == measure.OK
+    assert g.median.ratio == pytest.approx(1.0) and g.median.outcome == measure.OK
+    # the 10th percentile of (1, 1, 0.5), per round
+    assert g.p10.ratio == pytest.approx(0.6) and g.p10.outcome == measure.MISS
+    assert phased.percentile([1, 2, 3, 4, 5], 0.5) == 3
+    assert phased.percentile([], 0.5) != phased.percentile([], 0.5)     # nan
+
+
+def test_size_bands_and_use_bands():
+    l2, l3 = 1 << 20, 32 << 20
+    assert phased.size_band(4096, l2, l3) == "<16K"
+    assert phased.size_band(64 << 10, l2, l3) == "<L2/8"
+    assert phased.size_band(512 << 10, l2, l3) == "<L2"
+    assert phased.size_band(4 << 20, l2, l3) == "<L3/4"
+    assert phased.size_band(16 << 20, l2, l3) == "<L3"
+    assert phased.size_band(64 << 20, l2, l3) == ">=L3"
+    assert phased.use_band(None) == "?" and phased.use_band(0.0) == "none"
+    assert phased.use_band(0.5) == "<1x" and phased.use_band(math.inf) == ">=5x"
+
+
+# ---- running ----------------------------------------------------------------------
+
+
+def test_every_place_and_work_runs_and_clears():
+    """One tiny program of every place and work, every kind of candidate."""
+    np = pytest.importorskip("numpy")
+    n = 8192
+    phases = tuple(G.Phase(place, 3, buffers, page, work, 1.0, 0.5, True,
+                           G.FOREIGNS[i % len(G.FOREIGNS)], 2, seed=i)
+                   for i, (place, buffers, page, work) in enumerate([
+                       (G.ONE, (0,), 0, G.WRITES), (G.WALK, (), n, G.PAD),
+                       (G.SEVERAL, (0, 1), 0, G.SUM), (G.HOT_POOL, (1,), n, G.READ),
+                       (G.THREADS, (0, 1), 0, G.SLEEP), (G.ONE, (1,), 0, G.MIXED)]))
+    prog = G.Program("tiny", (n, 2 * n), phases, 2, other=64 << 10, foreign=4096)
+    names = ["auto", "auto carried", "auto static", "libc", "numpy.fill",
+             "ctypes.memset", "work only"]
+    res = phased.run([prog], names, rounds=1, pool_bytes=1 << 20)
+    assert set(res[0].times) == set(names)
+    assert all(len(t) == 1 and len(t[0]) == len(phases) and min(t[0]) > 0
+               for t in res[0].times.values())
+    assert res[0].fixed == ["libc", "numpy.fill", "ctypes.memset"]
+    # a cleared buffer read as zero after each kind of clear
+    pool = phased.Pool(1 << 20, L3)
+    try:
+        run = phased.Running(G.Program("z", (n,), (G.Phase(G.ONE, 1, (0,)),)), pool)
+        for name in names[:-1]:
+            run.slots[0].u8[:] = 1
+            phased.run_once(run, phased.candidate(name))
+            assert not run.slots[0].u8.any(), name
+        run.close()
+    finally:
+        pool.close()
+    assert np is not None
+
+
+def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    rc = main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
+               "--quick", "--quiet", "--sizes", "4K", "16K", "--target-ms", "20",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "--generated 2 --seed 5" in text and "L3" in text
+    assert "per-phase oracle" in text and "numpy.fill" in text
+    data = json.loads(out.read_text())
+    assert data["settings"]["seed"] == 5 and len(data["programs"]) == 2
+    again = phased.from_json(data)
+    assert [r.program for r in again] == G.corpus(5, 2, sizes=(4096, 16384),
+                                                  seconds=(0.004, 0.02))
+    buf = io.StringIO()
+    phased.report_generated(again, buf)
+    assert max(len(line) for line in buf.getvalue().splitlines()) <= 80
+
+
+def test_the_seed_is_drawn_and_printed(capsys):
+    rc = main(["bench", "--programs", "--generated", "1", "--rounds", "1", "--quick",
+               "--quiet", "--sizes", "4K", "--target-ms", "5"])
+    assert rc == 0
+    assert " --seed " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--generated", "3"],
+    ["bench", "--programs", "--seed", "3"],
+    ["bench", "--programs", "--generated", "0"],
+    ["bench", "--programs", "--generated", "2", "--seed", "-1"],
+    ["bench", "--programs", "--generated", "2", "--methods", "libc"],
+])
+def test_flags_that_do_not_go_together_are_refused(argv, capsys):
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
