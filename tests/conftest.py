@@ -4,12 +4,15 @@ and a way to change the CLEARPAGES_* configuration and put it back."""
 from __future__ import annotations
 
 import atexit
+import ctypes
+import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -131,6 +134,42 @@ def check_guarded(np, whole, start: int, n: int, fill: int = FILL) -> None:
             bad = int(np.flatnonzero(part != fill)[0])
             raise AssertionError("byte written %s the buffer: offset %d holds 0x%02x"
                                  % (name, at + bad - start, part[bad]))
+
+
+class NumpyDLPack(NamedTuple):
+    """What this numpy's arrays can say through DLPack, asked of numpy itself.
+
+    numpy 2.1 and later take __dlpack__(max_version=(1, 0), copy=...) and
+    hand out versioned capsules, which flag a read-only array as such.
+    Earlier ones take no such keywords and hand out unversioned capsules
+    only, which cannot say read-only, so they refuse to export a read-only
+    array at all."""
+
+    versioned: bool     # max_version=(1, 0) is taken: versioned capsules, copy=
+    read_only: bool     # a read-only array exports, flagged read-only
+    version: str
+
+
+@functools.cache
+def numpy_dlpack() -> NumpyDLPack:
+    import numpy as np
+
+    a = np.zeros(1)
+    is_capsule = ctypes.pythonapi.PyCapsule_IsValid
+    is_capsule.restype = ctypes.c_int
+    is_capsule.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+    def versioned_export() -> bool:
+        """numpy hands out a versioned capsule of a, as a is now."""
+        try:
+            cap = a.__dlpack__(max_version=(1, 0))
+        except (TypeError, BufferError):
+            return False
+        return bool(is_capsule(cap, b"dltensor_versioned"))
+
+    versioned = versioned_export()
+    a.flags.writeable = False
+    return NumpyDLPack(versioned, versioned and versioned_export(), np.__version__)
 
 
 class OnlyDLPack:
