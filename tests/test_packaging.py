@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -162,3 +163,24 @@ def test_editable_install_is_a_path_type_checkers_follow(tmp_path):
         assert (pkg[0] / name).is_file(), name
     # Nothing of the checkout but the package is put on the path.
     assert not [p for p in pkg[0].parent.iterdir() if p.name not in ("clearpages",)]
+
+
+def test_the_oldest_versions_admitted_are_tested():
+    """The numpy floor the extras admit is the one the workflow's oldest leg
+    installs, on the oldest Python the package admits, and the one the
+    README says is tested: raising one without the others fails here."""
+    workflow = ROOT / ".github" / "workflows" / "ci.yml"
+    if not workflow.exists():
+        pytest.skip("the workflow is not beside these tests (a wheel's test run)")
+    text = (ROOT / "pyproject.toml").read_text()
+    floors = set(re.findall(r'"numpy>=([0-9.]+)"', text))
+    assert len(floors) == 1, floors
+    numpy = floors.pop()
+    python = re.search(r'requires-python = ">=([0-9.]+)"', text).group(1)
+    legs = re.findall(r'- python: "%s"\s+numpy: "([0-9.]+)"' % re.escape(python),
+                      workflow.read_text())
+    assert legs, "no workflow leg with a numpy version on Python %s" % python
+    release = lambda v: tuple(int(x) for x in (v + ".0.0").split(".")[:3])
+    assert [release(v) for v in legs] == [release(numpy)], (legs, numpy)
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"numpy %s(?![0-9.]*[0-9])" % re.escape(legs[0]), readme), legs[0]
