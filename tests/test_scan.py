@@ -17,6 +17,7 @@ import mmap
 import random
 
 import pytest
+from capsules import Producer
 from conftest import OnlyDLPack, numpy_dlpack, run_python
 
 import clearpages as cp
@@ -468,3 +469,28 @@ def test_is_zero_reads_tensors_through_dlpack():
     assert cp.is_zero(OnlyDLPack(np.zeros(0)))
     with pytest.raises(TypeError, match="__dlpack__"):
         cp.is_zero(object())
+
+
+def test_a_tensor_that_cannot_be_read_is_refused_as_a_read():
+    """is_zero and nonzero_pages write nothing: their refusals say read, not
+    clear, and nothing of leaving the tensor unchanged."""
+
+    class Refuses:
+        def __dlpack__(self, **kw):
+            raise BufferError("not now")
+
+    buf = (ctypes.c_uint8 * 64)(1)
+    gpu = Producer(buf, (64,), device=2)
+    for scan in (cp.is_zero, cp.nonzero_pages):
+        with pytest.raises(TypeError, match=r"^the Refuses cannot be read: its DLPack export "
+                           r"failed: not now$"):
+            scan(Refuses())
+        with pytest.raises(TypeError, match=r"^the Producer is on CUDA \(device 0\), not in "
+                           r"memory this CPU can read; look at it on its device or at a CPU "
+                           r"copy$"):
+            scan(gpu)
+    assert gpu.deleted == 2
+    with pytest.raises(TypeError, match=r"^the Refuses cannot be cleared in place: its DLPack "
+                       r"export failed: not now; it was left unchanged$"):
+        cp.clear(Refuses())
+    assert buf[0] == 1

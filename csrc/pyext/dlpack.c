@@ -407,9 +407,9 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
             || PyErr_ExceptionMatches(PyExc_RuntimeError)) {
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
-            PyErr_Format(PyExc_TypeError, "the %s cannot be cleared in place: its DLPack "
-                         "export failed: %S; it was left unchanged", Py_TYPE(obj)->tp_name,
-                         value ? value : Py_None);
+            PyErr_Format(PyExc_TypeError, "the %s cannot be %s: its DLPack export failed: "
+                         "%S%s", Py_TYPE(obj)->tp_name, reading ? "read" : "cleared in place",
+                         value ? value : Py_None, reading ? "" : "; it was left unchanged");
             Py_XDECREF(type);
             Py_XDECREF(value);
             Py_XDECREF(tb);
@@ -456,10 +456,15 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
     if (dev != kDLCPU && dev != kDLCUDAHost) {
         const char *name = dev > 0 && dev < (int)(sizeof device_names / sizeof *device_names)
                            && device_names[dev] ? device_names[dev] : "an unknown device";
-        PyErr_Format(PyExc_TypeError, "the %s is on %s (device %d), not in memory this CPU "
-                     "can write; clear it on its device (for torch: t.zero_()) or on a "
-                     "CPU copy; it was left unchanged", Py_TYPE(obj)->tp_name, name,
-                     (int)t->device.device_id);
+        if (reading)
+            PyErr_Format(PyExc_TypeError, "the %s is on %s (device %d), not in memory this "
+                         "CPU can read; look at it on its device or at a CPU copy",
+                         Py_TYPE(obj)->tp_name, name, (int)t->device.device_id);
+        else
+            PyErr_Format(PyExc_TypeError, "the %s is on %s (device %d), not in memory this "
+                         "CPU can write; clear it on its device (for torch: t.zero_()) or on a "
+                         "CPU copy; it was left unchanged", Py_TYPE(obj)->tp_name, name,
+                         (int)t->device.device_id);
         goto release;
     }
     if (tensor_extents(obj, t, v) < 0)
