@@ -219,6 +219,7 @@ def test_every_place_and_work_runs_and_clears():
 
 
 def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
     out = tmp_path / "g.json"
     rc = main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
                "--quick", "--quiet", "--sizes", "4K", "16K", "--target-ms", "20",
@@ -238,6 +239,7 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
 
 
 def test_the_seed_is_drawn_and_printed(capsys):
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
     rc = main(["bench", "--programs", "--generated", "1", "--rounds", "1", "--quick",
                "--quiet", "--sizes", "4K", "--target-ms", "5"])
     assert rc == 0
