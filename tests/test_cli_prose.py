@@ -4,6 +4,7 @@ every command described, sizes said for what they are."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import re
 
@@ -15,6 +16,10 @@ from clearpages import _policy
 from clearpages.tools.cli import main, parser
 
 WIDTH = 80
+
+#: The program and pool benchmarks refuse to run without numpy.
+needs_numpy = pytest.mark.skipif(importlib.util.find_spec("numpy") is None,
+                                 reason="numpy is not installed (the benchmark needs it)")
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +50,9 @@ def too_wide(text: str, width: int = WIDTH) -> list[str]:
     ("bench", "--sizes", "4K,1M", *TINY),
     ("bench", "--sizes", "4K", "--methods", "auto,libc", *TINY),
     ("bench", "--scan", "--sizes", "64K", *TINY),
-    ("bench", "--programs", "--sizes", "16K", "--repeat", "2", "--target-ms", "0.05",
-     "--quiet"),
-    ("bench", "--pool", "--quick", "--quiet"),
+    pytest.param(("bench", "--programs", "--sizes", "16K", "--repeat", "2", "--target-ms",
+                  "0.05", "--quiet"), marks=needs_numpy),
+    pytest.param(("bench", "--pool", "--quick", "--quiet"), marks=needs_numpy),
 ])
 def test_every_line_fits_in_80_columns(args):
     assert too_wide(call(*args)) == []
