@@ -64,7 +64,7 @@ def pool():
 
 def _record(benchmark: Any, cell: _programs.Cell) -> None:
     key = (format_size(cell.size), cell.workload, cell.scenario)
-    names = [n for n in (_programs.AUTO,) + _programs.WORDS if n in cell.times]
+    names = [n for n in (_programs.AUTO,) + _programs.HINTS if n in cell.times]
     rec: dict[str, Any] = {}
     for n in names:
         benchmark.extra_info["%s %s/best" % (cell.scenario, n)] = round(cell.ratio(n), 3)
@@ -105,8 +105,8 @@ def _summary(res: dict) -> tuple[str, str]:
     rows = []
     for (label, workload, scenario), rec in res.items():
         r, (q1, q3), v = rec[_programs.AUTO]
-        words = ["%.2f" % rec[w][0] if w in rec else "-" for w in _programs.WORDS]
-        rows.append([workload, scenario, label, "%.2f" % r, "%.2f-%.2f" % (q1, q3), *words, v])
+        hints = ["%.2f" % rec[w][0] if w in rec else "-" for w in _programs.HINTS]
+        rows.append([workload, scenario, label, "%.2f" % r, "%.2f-%.2f" % (q1, q3), *hints, v])
     return ("programs: auto's ratio to the best candidate (goals: 0.9; cold, then used "
             "0.75; hot=True 0.95 when used; a median below the goal is a miss, a spread "
             "across it both ways 'unmeasured, retake')",

@@ -235,7 +235,7 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
             _check_hot(hot, nbytes, strided=True)
             raise ValueError(_HOT_STRIDED)
         _check_runnable(method)
-        _fast.clear_runs(addrs, lens, method=method, threads=threads)
+        _fast.clear_extents(addrs, lens, method=method, threads=threads)
         return
     if hot is not None:
         with memoryview(buf) as mv:
@@ -283,7 +283,7 @@ def _declined_many(seq: tuple[Any, ...], method: Any, threads: Any,
     try:
         addrs, lens = _many_slow(seq, exports)
         _check_runnable(method)
-        _fast.clear_runs(addrs, lens, method=method, threads=threads)
+        _fast.clear_extents(addrs, lens, method=method, threads=threads)
     finally:
         # A traceback (Ctrl-C, a refusal) keeps these frames and their
         # locals alive: release each export now, not when they are freed.

@@ -23,7 +23,7 @@ from ._routines import BY_NAME, ROUTINES
 
 #: How long one native time slice may run before Python gets control back
 #: (signal handlers, KeyboardInterrupt).  Ctrl-C is answered within a slice
-#: plus one chunk.
+#: plus one unit.
 SLICE_NS = 40_000_000
 
 

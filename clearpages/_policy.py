@@ -1,14 +1,15 @@
-"""The policy's numbers and words: the thresholds, and why a plan is what it is.
+"""The policy's numbers and reasons: the thresholds, and why a plan is what it is.
 
 The rules themselves (which routine for a size, how many threads, what unit
 of work, the hot range's routine, when the learner is asked) are written
 once, in C (``csrc/core/policy.c``): every call runs them, and
-:func:`decision` and ``plan()`` ask them.  This module computes the numbers
-they read, from a CPU description, as a pure function tested with synthetic
-CPUs (:func:`default_thresholds`, :func:`native_policy`), and puts the
-answers into words (:func:`explain`).  The thresholds are named data with the
-reason beside them, computed from the caches (as glibc's dl-cacheinfo.h
-does) unless a calibration file measured better ones.
+:func:`decision`, :func:`plan` and ``cp.plan()`` ask them.  This module
+computes the numbers they read, from a CPU description, as a pure function
+tested with synthetic CPUs (:func:`default_thresholds`,
+:func:`native_policy`), and puts the answers into sentences
+(:func:`explain`, from the decision's reason codes).  The thresholds are
+named data with the reason beside them, computed from the caches (as
+glibc's dl-cacheinfo.h does) unless a calibration file measured better ones.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class Plan:
     """With hot=: the routine of the hot range (cleared last)."""
     learned: str = ""
     """What adaptive auto has learned for this size and why it may run the
-    other routine (empty from decide(), which describes the static choice)."""
+    other routine (empty from _policy.plan(), which describes the static choice)."""
     evidence: tuple[str, ...] = ()
     """Why each threshold the reason names is where it is ("nt_min 32 KiB:
     1/32 of the 1 MiB L2: ..."), one line a threshold."""
@@ -194,7 +195,7 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: loses 1.2-2x a cold one used next.  No threshold wins both; the
 #: static choice keeps the side of the program that says nothing (a pool
 #: releasing pages), while a program that uses the buffer next has the
-#: word for it (``hot=True``), and adaptive auto learns the rest: from
+#: hint for it (``hot=True``), and adaptive auto learns the rest: from
 #: 16 KiB it gives a buffer cleared lately and smaller than a quarter of the
 #: L3 ordinary stores without a clock (warm buffers want them at every size
 #: measured up to 16 MiB: 0.86-1.0 against 0.2-0.76), starts any other on
@@ -471,11 +472,12 @@ def decision(policy: Any, nbytes: int, count: int = 1, threads: Threads = 1,
                     int(out.untouched_why), int(out.learned))
 
 
-def decide(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
-           threads: Threads = 1, forced: str | None = None,
-           hot: tuple[int, int] | bool | None = None) -> Plan:
+def plan(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
+         threads: Threads = 1, forced: str | None = None,
+         hot: tuple[int, int] | bool | None = None) -> Plan:
     """The plan for clearing nbytes in count pieces with these thresholds (a
-    synthetic CPU's, a calibration candidate's): the native rules, in words.
+    synthetic CPU's, a calibration candidate's): the native rules' decision,
+    explained.
 
     hot: a (start, stop) range of the nbytes to leave cache-hot; the plan's
     method is then the routine of the rest, hot_method that of the range.
@@ -504,7 +506,7 @@ def _shown(th: Thresholds, field: str) -> str:
 #
 # Each rule is stated once, in csrc/core/policy.c, which says which rule
 # fired (the decision's reason codes).  These tables put each code into
-# words: a sentence with the figures of the call filled in, and the
+# a sentence with the figures of the call filled in, and the
 # thresholds it names, whose evidence goes beside it (Plan.evidence).
 
 _TAIL = ("hot=True says all of it is used next, so {method} clears the first {rest} and "
@@ -583,7 +585,7 @@ UNTOUCHED_REASONS: dict[int, str] = {
 #: asked (``adapt_why``); the learner's own sentences are _adapt's.
 LEARNER_REASONS: dict[int, str] = {
     lib.CP_LEARNER_METHOD: "not adaptive: a routine was named",
-    lib.CP_LEARNER_HINT: "not adaptive: hot= is the program's word, never overridden",
+    lib.CP_LEARNER_HINT: "not adaptive: hot= is the program's hint, never overridden",
     lib.CP_LEARNER_JOB: "not adaptive: only single clears on one thread are timed",
 }
 

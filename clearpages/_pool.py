@@ -11,7 +11,7 @@ it works, with the routine ``auto`` runs over memory not used soon
 The machinery is C (``csrc/core/pool.c``: the block states, the thread,
 its pace; ``csrc/pyext/pool_type.c``: the block objects, acquire without
 the GIL); this module checks arguments and puts numbers and failures into
-words.
+messages.
 """
 
 from __future__ import annotations

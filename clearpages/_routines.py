@@ -30,6 +30,11 @@ class Routine(NamedTuple):
     """Streaming routines: the entry without the closing sfence, which jobs
     call for each extent and fence once per thread at the end."""
 
+    @property
+    def role(self) -> str:
+        """What the routine is for in the policy: "temporal" or "streaming"."""
+        return "temporal" if self.temporal else "streaming"
+
 
 def _asm(name: str, requires: tuple[str, ...], temporal: bool, summary: str) -> Routine:
     symbol = "cp_clear_" + name

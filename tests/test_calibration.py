@@ -346,8 +346,8 @@ def test_selected_policy_never_loses_to_default(seed):
     table = _table(lambda m, s, sc: rnd.uniform(5, 40))
     th = _calibrate.select_routines(cpu, default, table, METHODS)
     for s, cases in table.items():
-        mine = _policy.decide(cpu, th, s).method
-        theirs = _policy.decide(cpu, default, s).method
+        mine = _policy.plan(cpu, th, s).method
+        theirs = _policy.plan(cpu, default, s).method
         tol = max([0.03] + [row[n].rel_spread for row in cases.values() for n in (mine, theirs)])
         assert _score(cases, mine) >= _score(cases, theirs) * (1 - tol), s
 
@@ -366,8 +366,8 @@ def test_select_long_rule():
         return 40.0 if sc == "warm" else 8.0
     th = _calibrate.select_routines(cpu, default, _table(speed), METHODS)
     assert (th.long, th.long_min) == ("rep_stosb", 128 * MiB)
-    assert _policy.decide(cpu, th, 256 * MiB).method == "rep_stosb"
-    assert _policy.decide(cpu, th, 64 * MiB).method == th.streaming
+    assert _policy.plan(cpu, th, 256 * MiB).method == "rep_stosb"
+    assert _policy.plan(cpu, th, 64 * MiB).method == th.streaming
 
     def never(m, s, sc):
         return 30.0 if not BY_NAME[m].temporal else (40.0 if sc == "warm" else 8.0)
@@ -387,9 +387,9 @@ def test_select_threads():
     th = _calibrate.select_threads(cpu, default,
                                    table(lambda s: 1.8 if s >= 16 * MiB else 0.7), (1, 2, 4))
     assert th.thread_min == 16 * MiB
-    assert _policy.decide(cpu, th, 4 * MiB, threads="auto").threads == 1
+    assert _policy.plan(cpu, th, 4 * MiB, threads="auto").threads == 1
     th = _calibrate.select_threads(cpu, default, table(lambda s: 0.6), (1, 2, 4))
-    assert _policy.decide(cpu, th, 256 * MiB, threads="auto").threads == 1
+    assert _policy.plan(cpu, th, 256 * MiB, threads="auto").threads == 1
     th = _calibrate.select_threads(cpu, default, table(lambda s: 1.0), (1, 2, 4))
     assert (th.thread_min, th.max_threads) == (default.thread_min, default.max_threads)
 

@@ -70,6 +70,7 @@ def test_info_json_reports_disable_and_environment():
     assert data["environment"] == {"CLEARPAGES_DISABLE": feat, "CLEARPAGES_CALIBRATION": "off"}
     assert data["calibration"]["setting"] == "off"
     assert {m["name"] for m in data["methods"]} == set(cp.ALL_METHODS)
+    assert all(m["role"] == m["kind"] == BY_NAME[m["name"]].role for m in data["methods"])
     needs = [m for m in data["methods"] if feat in BY_NAME[m["name"]].requires]
     for m in needs:
         assert not m["usable"] and "CLEARPAGES_DISABLE" in m["why_not"]
@@ -140,6 +141,9 @@ def test_plan_count_threads_json():
     # The unit under its name, and under its first name for readers of old output.
     assert data["unit"] == data["chunk"] == p.unit == p.chunk
     assert cp.thresholds().unit == cp.thresholds().chunk
+    # The routine's role, and under its first key.
+    assert data["role"] == data["kind"] == BY_NAME[p.method].role
+    assert data["role"] in ("temporal", "streaming")
 
 
 @pytest.mark.parametrize("args,message", [

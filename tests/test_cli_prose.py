@@ -160,7 +160,7 @@ def test_synthetic_cpus_reasons_too():
             for n in SIZES:
                 for count in (1, 512):
                     for threads in (1, "auto"):
-                        p = _policy.decide(cpu, th, n, count, threads=threads)
+                        p = _policy.plan(cpu, th, n, count, threads=threads)
                         assert one_plain_sentence(p.reason) is None, p.reason
                         assert_evidence_matches(p, th)
 

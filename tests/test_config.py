@@ -314,7 +314,7 @@ def test_a_test_run_leaves_no_cache_directory_behind(tmp_path):
     user's calibration file is read or written), and removes it at the end."""
     from conftest import ROOT, run_python
     r = run_python("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
-                   "%r]))" % str(ROOT / "tests" / "test_sizes.py::test_plan_takes_a_size_in_words"),
+                   "%r]))" % str(ROOT / "tests" / "test_sizes.py::test_plan_takes_a_size_as_text"),
                    env={"TMPDIR": str(tmp_path)}, cwd=str(ROOT))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert not list(tmp_path.glob("clearpages-test-cache-*"))

@@ -132,9 +132,9 @@ def test_arguments_work_as_for_buffers():
     a[:] = 1
     cp.clear(OnlyDLPack(a), hot=[0, 4096])
     assert not a.any()
-    for word in (True, False):
+    for hint in (True, False):
         a[:] = 1
-        cp.clear(OnlyDLPack(a), hot=word)
+        cp.clear(OnlyDLPack(a), hot=hint)
         assert not a.any()
     a[:] = 1
     for m in cp.methods():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import gc
 import mmap
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import textwrap
 import typing
 
 import pytest
-from conftest import run_python
+from conftest import ROOT, run_python
 
 import clearpages as cp
 from clearpages import _dispatch, _fast, _policy
@@ -615,3 +616,14 @@ def test_the_public_signatures_agree():
         kw = {p.name: p.default for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY}
         for stub in (core.__file__, Path(_fast.__file__).with_name("_fast.pyi")):
             assert from_stub(stub, name) == (pos, kw), (name, stub)
+
+
+def test_each_function_is_registered_once():
+    """A second entry of a name in a method table hides the first: its
+    docstring (help()) would be the dead one."""
+    for path in sorted((ROOT / "csrc" / "pyext").glob("*.c")):
+        for table in re.findall(r"PyMethodDef \w+\[\] = \{(.*?)\n\};", path.read_text(), re.S):
+            names = re.findall(r'^\s*\{"(\w+)",', table, re.M)
+            assert len(names) == len(set(names)), (path.name, sorted(
+                n for n in set(names) if names.count(n) > 1))
+    assert "until the next configure()" in _fast.set_untouched.__doc__

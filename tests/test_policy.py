@@ -21,7 +21,7 @@ ALL = frozenset(cp.ALL_METHODS)
 
 def plan_method(c, n, count=1, built=ALL):
     th = _policy.default_thresholds(c, built)
-    return _policy.decide(c, th, n, count).method
+    return _policy.plan(c, th, n, count).method
 
 
 def test_intel_ice_lake_policy():
@@ -89,7 +89,7 @@ def test_amd_zen3_guest_policy():
     # The long rule needs one long extent on one thread: scattered pages and
     # threads stream with the vector routine.
     assert plan_method(ZEN3_GUEST, 1 * GiB, 262144) == "avx2_nt"
-    th2 = _policy.decide(ZEN3_GUEST, th, 1 * GiB, threads=2)
+    th2 = _policy.plan(ZEN3_GUEST, th, 1 * GiB, threads=2)
     assert th2.method == "avx2_nt"
     assert "long" not in th.reason("nt_min")
     assert _policy.usable("clzero", ZEN3_GUEST, ALL)
@@ -170,7 +170,7 @@ def test_avx512_present_but_disabled_by_the_os():
     assert "avx512f" in ICE_NO_ZMM.os_disabled
     for n in (0, 4 * KiB, 1 * MiB, 1 * GiB):
         for count in (1, 64):
-            assert _policy.decide(ICE_NO_ZMM, th, n, count).method != "avx512_nt"
+            assert _policy.plan(ICE_NO_ZMM, th, n, count).method != "avx512_nt"
 
 
 def test_erms_masked_falls_back_to_memset():
@@ -208,7 +208,7 @@ def test_decisions_only_name_usable_routines(c):
     th = _policy.default_thresholds(c, ALL)
     for n in [0, 1, 2047, 2048, 4096, 1 * MiB, 8 * MiB, 40 * MiB, 64 * MiB, 1 * GiB, 1 << 40]:
         for count in (1, 7, 4096):
-            p = _policy.decide(c, th, n, count)
+            p = _policy.plan(c, th, n, count)
             assert _policy.usable(p.method, c, ALL), (n, count, p)
             assert p.reason and "%" not in p.reason
             assert p.threads == 1 and p.chunk == th.chunk and p.nbytes == n
@@ -216,20 +216,20 @@ def test_decisions_only_name_usable_routines(c):
 
 def test_forced_method_wins():
     th = _policy.default_thresholds(ICE, ALL)
-    p = _policy.decide(ICE, th, 1 * GiB, forced="mov_loop")
+    p = _policy.plan(ICE, th, 1 * GiB, forced="mov_loop")
     assert p.method == "mov_loop" and "CLEARPAGES_METHOD" in p.reason
 
 
 def test_with_nt_threshold_moves_the_crossover():
     th = _policy.with_nt_threshold(_policy.default_thresholds(ICE, ALL), 1 * MiB)
     assert th.nt_min == 1 * MiB
-    assert _policy.decide(ICE, th, 1 * MiB - 1).method == "rep_stosb"
-    assert _policy.decide(ICE, th, 1 * MiB).method == "avx512_nt"
+    assert _policy.plan(ICE, th, 1 * MiB - 1).method == "rep_stosb"
+    assert _policy.plan(ICE, th, 1 * MiB).method == "avx512_nt"
     assert "CLEARPAGES_NT_THRESHOLD" in th.reason("nt_min")
 
 
 def _auto_threads(cpu, th, n):
-    return _policy.decide(cpu, th, n, threads="auto").threads
+    return _policy.plan(cpu, th, n, threads="auto").threads
 
 
 def test_threads_auto():
@@ -247,7 +247,7 @@ def test_threads_auto():
     assert _auto_threads(huge, th, _config.MAX_SIZE) == _fast.MAX_THREADS
     assert _auto_threads(huge, dataclasses.replace(th, max_threads=300),
                          _config.MAX_SIZE) == _fast.MAX_THREADS
-    p = _policy.decide(many, th, 1 * GiB, threads="auto")
+    p = _policy.plan(many, th, 1 * GiB, threads="auto")
     assert p.threads == big and "threads" in p.reason
     assert p.chunk % (4 * KiB) == 0 and 4 * KiB <= p.chunk <= th.chunk
     # Several units per thread, so a slow thread does not hold the rest.
@@ -257,19 +257,19 @@ def test_threads_auto():
 def test_auto_threads_never_exceed_what_a_job_takes():
     huge = dataclasses.replace(ICE, cores=512)
     th = _policy.default_thresholds(huge, ALL)
-    assert _policy.decide(huge, th, 10 * GiB, threads="auto").threads == _fast.MAX_THREADS
+    assert _policy.plan(huge, th, 10 * GiB, threads="auto").threads == _fast.MAX_THREADS
 
 
 def test_explicit_threads_split_small_work_in_pages():
     th = _policy.default_thresholds(ICE, ALL)
     for n, t in [(10_000, 2), (1 * MiB + 3, 3), (0, 4)]:
-        p = _policy.decide(ICE, th, n, threads=t)
+        p = _policy.plan(ICE, th, n, threads=t)
         assert p.threads == t
         assert p.chunk % (4 * KiB) == 0 and p.chunk >= 4 * KiB
 
 
 def test_plan_str_and_format_size():
-    p = _policy.decide(ICE, _policy.default_thresholds(ICE, ALL), 1 * GiB)
+    p = _policy.plan(ICE, _policy.default_thresholds(ICE, ALL), 1 * GiB)
     assert "avx512_nt" in str(p) and "32 MiB" in str(p)
     assert _policy.format_size(1536) == "1.5 KiB"
     assert _policy.format_size(12) == "12 B"
@@ -372,26 +372,26 @@ def test_plan_follows_the_rules(config, env):
                 assert p.chunk == unit, (n, count, threads, p)
 
 
-def test_whole_buffer_words():
+def test_whole_buffer_hints():
     """hot=True: ordinary stores over all of it up to half the L3, then a hot
     tail that long after a streamed head; hot=False: streaming over all of
     it, at every size, never learned."""
     th = _policy.with_adaptive_band(ZEN4, _policy.default_thresholds(ZEN4, ALL))
     assert th.hot_max == 16 * MiB
     for n in (16 * KiB, 1 * MiB, 16 * MiB):
-        p = _policy.decide(ZEN4, th, n, hot=True)
+        p = _policy.plan(ZEN4, th, n, hot=True)
         assert p.method == p.hot_method == th.temporal, n
         assert "hot=True" in p.reason
-    p = _policy.decide(ZEN4, th, 64 * MiB, hot=True)
+    p = _policy.plan(ZEN4, th, 64 * MiB, hot=True)
     assert (p.method, p.hot_method) == (th.streaming, th.temporal)
     assert "last 16 MiB" in p.reason
     for n in (4 * KiB, 64 * KiB, 1 * GiB):
-        p = _policy.decide(ZEN4, th, n, hot=False)
+        p = _policy.plan(ZEN4, th, n, hot=False)
         assert p.method == th.streaming and p.hot_method is None, n
     d = _policy.decision(_policy.native_policy(ZEN4, th, adapt=True),
                          64 * KiB, hot_nbytes=False)
     assert not d.adaptive
-    assert _policy.decide(ZEN4, th, 1 * MiB, hot=False, forced="libc").method == "libc"
+    assert _policy.plan(ZEN4, th, 1 * MiB, hot=False, forced="libc").method == "libc"
 
 
 def test_hot_true_of_a_buffer_not_cleared_lately_keeps_a_quarter_of_the_l3():

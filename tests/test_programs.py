@@ -66,7 +66,7 @@ def test_goals_by_case():
     assert _programs.goal_for("pad", "cold") == _programs.GOAL_COLD_USED
     assert _programs.goal_for("pool", "cold") == _programs.GOAL
     assert _programs.goal_for("scratch", "warm") == _programs.GOAL
-    assert _programs.goal_for("pad", "warm", _programs.HOT) == _programs.GOAL_WORD
+    assert _programs.goal_for("pad", "warm", _programs.HOT) == _programs.GOAL_HINT
     assert _programs.case_name("wipe", "warm") == "warm, clear only"
     assert _programs.case_name("scratch", "cold") == "cold, then used"
 

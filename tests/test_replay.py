@@ -50,7 +50,7 @@ def test_one_gib_at_least_near_memset(profile):
     row = profile.table.get(GiB)
     if row is None:
         pytest.skip("%s does not measure 1 GiB" % profile.name)
-    choice = _policy.decide(profile.cpu, _policy.default_thresholds(
+    choice = _policy.plan(profile.cpu, _policy.default_thresholds(
         profile.cpu, frozenset(cp.ALL_METHODS)), GiB).method
     for sc, gbps in row.items():
         assert gbps[choice] >= 0.95 * gbps["libc"] * (1 - _profile.NOISE), (sc, choice)

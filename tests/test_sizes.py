@@ -19,12 +19,12 @@ def test_one_reading_of_a_size(text, n):
     assert _units.parse_size(text) == n
 
 
-def test_plan_takes_a_size_in_words():
+def test_plan_takes_a_size_as_text():
     assert cp.plan("1G") == cp.plan(GiB)
     assert cp.plan("4k").nbytes == 4096
 
 
-def test_region_and_resize_take_sizes_in_words():
+def test_region_and_resize_take_sizes_as_text():
     with cp.Region("64M") as r:
         assert r.size == 64 * MiB
         r.resize("2G")
@@ -37,7 +37,7 @@ def test_region_and_resize_take_sizes_in_words():
         assert r.page_size == 4096
 
 
-def test_clear_pages_takes_a_page_size_in_words():
+def test_clear_pages_takes_a_page_size_as_text():
     pool = bytearray(b"\x01" * (4 * 2 * MiB))
     cp.clear_pages(pool, [1, 3], page_size="2m")
     assert not any(pool[2 * MiB:4 * MiB]) and not any(pool[6 * MiB:])

@@ -218,7 +218,7 @@ def _ran(fn):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("n, offset", [(1, 0), (3 * 4096 + 17, 5), (1 * MiB + 1, 63)])
-def test_whole_buffer_words_clear_every_byte(any_method, n, offset, threads):
+def test_whole_buffer_hints_clear_every_byte(any_method, n, offset, threads):
     for hot in (True, False):
         whole, view, start = guarded(np, n, offset)
         cp.clear(view, method=any_method, threads=threads, hot=hot)

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import _core, _dispatch, _system
 from .._native import lib
-from .._policy import NEVER, Thresholds, decide, decision, native_policy
+from .._policy import NEVER, Thresholds, decision, native_policy, plan
 from .._routines import BY_NAME
 from .._units import KiB, MiB, format_size
 from . import measure as _measure
@@ -96,16 +96,16 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     streamings = [m for m in usable if not BY_NAME[m].temporal] or [default.streaming]
     vmaxes = sorted({default.vector_max} | {s for s in sizes if s <= 1 * MiB})
     ntmins = sorted({default.nt_min} | {s for s in sizes if s >= 4 * KiB})
-    # decide() is asked once per (vector_max, nt_min) with two routines of
+    # plan() is asked once per (vector_max, nt_min) with two routines of
     # the table standing for the roles (neither is memset, the third role);
     # which routine fills each role is then a lookup.  The long rule is
     # chosen afterwards, on top of the best of these, so the first stage
     # compares against the default without its long rule.
     tags = ("rep_stosq", "movnti")
     no_long = dataclasses.replace(default, long_min=NEVER, long="")
-    base = {s: decide(cpu, no_long, s).method for s in sizes}
+    base = {s: plan(cpu, no_long, s).method for s in sizes}
     scored = _Scored(data)
-    roles = {(v, n): {s: decide(cpu, dataclasses.replace(
+    roles = {(v, n): {s: plan(cpu, dataclasses.replace(
         no_long, vector_max=v, nt_min=n, temporal=tags[0], streaming=tags[1]), s).method
         for s in sizes} for v in vmaxes for n in ntmins}
     best: tuple[Any, ...] | None = None
@@ -128,14 +128,14 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     chosen = dataclasses.replace(default, vector_max=v, temporal=t, nt_min=n, streaming=st)
 
     # long: one routine for very long single extents, from a size up.
-    base = {s: decide(cpu, default, s).method for s in sizes}
+    base = {s: plan(cpu, default, s).method for s in sizes}
     longs = [("", NEVER)] + [(m, s) for m in temporals for s in sizes if s >= n]
     if default.long:
         longs.append((default.long, default.long_min))
     best_long: tuple[Any, ...] | None = None
     for name, lmin in longs:
         cand = dataclasses.replace(chosen, long=name, long_min=lmin)
-        score = scored.judge({s: decide(cpu, cand, s).method for s in sizes}, base, floor)
+        score = scored.judge({s: plan(cpu, cand, s).method for s in sizes}, base, floor)
         if score is None:
             continue
         changed = (name != default.long) + (lmin != default.long_min)
@@ -160,7 +160,7 @@ def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any
     table = {s: {_measure.WARM: data[s]} for s in sizes}
 
     def chooser(t: Thresholds) -> dict[int, str]:
-        return {s: measured(decide(cpu, t, s, threads="auto").threads) for s in sizes}
+        return {s: measured(plan(cpu, t, s, threads="auto").threads) for s in sizes}
 
     base = chooser(th)
     scored = _Scored(table)
@@ -179,7 +179,7 @@ def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any
     return best[1]
 
 
-# ---- explaining ---------------------------------------------------------------
+# ---- the reasons -------------------------------------------------------------
 
 
 def _at(cases: Cases, name: str) -> str:
@@ -191,8 +191,8 @@ def _scen(cases: Cases) -> str:
     return "/".join(sc for sc in _measure.SCENARIOS if sc in cases)
 
 
-def explain(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
-            tdata: Mapping[int, Mapping[str, Any]]) -> Thresholds:
+def with_reasons(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
+                 tdata: Mapping[int, Mapping[str, Any]]) -> Thresholds:
     """th with a 'measured ...' reason for every field (GB/s warm/cold)."""
     sizes = sorted(data)
     why: dict[str, str] = {}
@@ -301,8 +301,8 @@ class Result:
         GB/s in each scenario and the worse-case score (RULE)."""
         rows = []
         for size in sorted(self.routines):
-            d = decide(cpu, self.default, size).method
-            c = decide(cpu, self.thresholds, size).method
+            d = plan(cpu, self.default, size).method
+            c = plan(cpu, self.thresholds, size).method
             cases = self.routines[size]
             row: dict[str, Any] = {"size": size, "threads": 1, "default": d, "calibrated": c,
                                    "default_score": _score(cases, d),
@@ -312,8 +312,8 @@ class Result:
                 row["calibrated_%s_gbps" % sc] = ms[c].median
             rows.append(row)
         for size in sorted(self.threads):
-            dn = decide(cpu, self.default, size, threads="auto").threads
-            cn = decide(cpu, self.thresholds, size, threads="auto").threads
+            dn = plan(cpu, self.default, size, threads="auto").threads
+            cn = plan(cpu, self.thresholds, size, threads="auto").threads
             trow = self.threads[size]
             counts = sorted(int(k) for k in trow)
 
@@ -422,10 +422,10 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
         th = select_routines(cpu, default, routines, methods, floor) if sizes else default
         if verify:
             again = [s for s in sizes
-                     if decide(cpu, th, s).method != decide(cpu, default, s).method]
+                     if plan(cpu, th, s).method != plan(cpu, default, s).method]
             for size in again:
                 report("checking %s" % format_size(size))
-                pair = {decide(cpu, th, size).method, decide(cpu, default, size).method}
+                pair = {plan(cpu, th, size).method, plan(cpu, default, size).method}
                 more = cases(buf, size, [_measure.routine(m) for m in pair])
                 for sc, row in more.items():
                     for name, m in row.items():
@@ -435,7 +435,7 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
 
         for size in tsizes:
             report("threads at %s" % format_size(size))
-            name = decide(cpu, th, size).method
+            name = plan(cpu, th, size).method
             got = _measure.measure_size(
                 buf, size, [_measure.threaded(name, c) for c in counts], repeat=repeat,
                 target_s=target_s, budget_s=budget_s)
@@ -444,5 +444,5 @@ def calibrate(*, quick: bool = False, sizes: Sequence[int] | None = None,
         if tsizes:
             th = select_threads(cpu, th, threads, counts, floor)
     report("done")
-    th = explain(cpu, default, th, routines, threads)
+    th = with_reasons(cpu, default, th, routines, threads)
     return Result(default=default, thresholds=th, routines=routines, threads=threads)

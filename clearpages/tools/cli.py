@@ -130,7 +130,7 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     _output.table([(n, s, _report.FEATURE_USE.get(n, "")) for n, s in data["features"].items()],
            ("feature", "status", "used for"), out)
     print("\nmethods", file=out)
-    _output.table([(r["name"], "yes" if r["usable"] else "no", r["kind"],
+    _output.table([(r["name"], "yes" if r["usable"] else "no", r["role"],
              r["summary"] if r["usable"] else r["why_not"]) for r in data["methods"]],
            ("method", "usable", "stores", "what / why not"), out)
     z = data["zero_scan"]
@@ -194,7 +194,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     r = BY_NAME[p.method]
     if args.json:
         _output.dump_json({"nbytes": p.nbytes, "count": p.count, "method": p.method,
-                    "kind": "temporal" if r.temporal else "streaming",
+                    "role": r.role, "kind": r.role,     # "kind": the old key, one release
                     "threads": p.threads, "unit": p.unit, "chunk": p.chunk,
                     "reason": p.reason,
                     "evidence": list(p.evidence), "learned": p.learned,

@@ -2,7 +2,7 @@
 
 A profile is what ``python -m clearpages bench --profile FILE`` writes: the
 CPU's identity and GB/s for each (size, scenario, routine), the routines
-called directly (no chunking, no Python path of clearpages around them).
+called directly (no job, no Python path of clearpages around them).
 The repository keeps a corpus of them (``profiles/``), one per machine
 measured, and the default policy is *replayed* against each: its thresholds
 come from the profile's CPU, and its choice at each size is judged against
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._cpu import CPU
-from .._policy import Thresholds, decide, default_thresholds
+from .._policy import Thresholds, default_thresholds, plan
 from .._routines import ALL_METHODS
 from .._units import format_size
 
@@ -51,7 +51,7 @@ is within the evidence's noise of it."""
 
 METHOD_TEXT = (
     "GB/s = 1e9 bytes/s, median of {repeat} interleaved rounds. Each routine is called "
-    "directly (one native call per buffer, no chunking, no Python per-call path) on "
+    "directly (one native call per buffer, no job, no Python per-call path) on "
     "2 MiB-aligned, prefaulted, THP-advised memory. warm: the same buffer cleared back "
     "to back. cold: a different buffer each call, walking a {pool} pool, so each was "
     "last touched a whole pool ago (sizes up to a quarter of the pool; above, every "
@@ -294,7 +294,7 @@ def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None
     th = policy(cpu) if policy else default_thresholds(cpu, frozenset(ALL_METHODS))
     out = []
     for size in sorted(profile.table):
-        choice = decide(cpu, th, size).method
+        choice = plan(cpu, th, size).method
         v = judge(profile.table[size], choice,
                   near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3)
         out.append(dataclasses.replace(v, size=size))

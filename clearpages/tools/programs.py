@@ -27,7 +27,7 @@ routine) from the ordinary-store routine, the streaming routine and
 numpy.fill.
 
 Candidates: ``auto``; every routine through ``clear(view, method=name)``;
-``numpy.fill``; ``ctypes.memset``; and auto with the program's words,
+``numpy.fill``; ``ctypes.memset``; and auto with the program's hints,
 ``hot=True`` ("I will use all of this next") and ``hot=False`` ("not soon"),
 which are shown beside auto but are never the best they are compared with.
 
@@ -91,13 +91,13 @@ QUICK_MIXED_SIZES = (64 * KiB, 1 * MiB)
 GOAL = 0.9
 GOAL_COLD_USED = 0.75
 """cold, then used: nothing in a clear's own time tells it from clear-only."""
-GOAL_WORD = 0.95
+GOAL_HINT = 0.95
 """auto with hot=True, in both used cases."""
 
 AUTO = "auto"
 HOT = "auto hot=True"
 NOT_SOON = "auto hot=False"
-WORDS = (HOT, NOT_SOON)
+HINTS = (HOT, NOT_SOON)
 
 
 def case_name(workload: str, scenario: str) -> str:
@@ -108,7 +108,7 @@ def case_name(workload: str, scenario: str) -> str:
 def goal_for(workload: str, scenario: str, name: str = AUTO) -> float:
     """auto's goal in a case (hot=False has none: it is shown, not judged)."""
     if name == HOT:
-        return GOAL_WORD
+        return GOAL_HINT
     if workload in USED and scenario == _measure.COLD:
         return GOAL_COLD_USED
     return GOAL
@@ -156,8 +156,8 @@ def clearer(name: str) -> Clear:
     raise ValueError("unknown candidate %r" % (name,))
 
 
-def words_available() -> bool:
-    """Does clear() take hot=True / hot=False (the whole-buffer words)?"""
+def hints_available() -> bool:
+    """Does clear() take hot=True / hot=False (the whole-buffer hints)?"""
     try:
         _core.clear(bytearray(16), hot=True)
         return True
@@ -196,11 +196,11 @@ def use(workload: str, n: int, seed: int = 15) -> Callable[[Slot], Any]:
     raise ValueError("unknown workload %r; known: %s" % (workload, ", ".join(WORKLOADS)))
 
 
-def candidate_names(words: bool = True) -> list[str]:
-    """auto, every usable routine, numpy.fill, memset (and the words)."""
+def candidate_names(hints: bool = True) -> list[str]:
+    """auto, every usable routine, numpy.fill, memset (and the hints)."""
     names = [AUTO] + list(_core.methods()) + [_measure.NUMPY_FILL, _measure.MEMSET]
-    if words and words_available():
-        names[1:1] = list(WORDS)
+    if hints and hints_available():
+        names[1:1] = list(HINTS)
     return names
 
 
@@ -229,7 +229,7 @@ class Cell:
     size: int
     times: dict[str, list[float]]
     reference: list[str]
-    """The candidates 'best' is chosen among (not auto and its words)."""
+    """The candidates 'best' is chosen among (not auto and its hints)."""
 
     def median(self, name: str) -> float:
         return statistics.median(self.times[name])
@@ -425,17 +425,17 @@ def _fmt(cell: Cell, name: str = AUTO) -> str:
         return "-"
     q1, q3 = cell.spread(name)
     if name == NOT_SOON or (name == HOT and cell.workload not in USED):
-        # no goal: what the word costs a program that does not mean it
+        # no goal: what the hint costs a program that does not mean it
         return "%.2f [%.2f-%.2f]" % (cell.ratio(name), q1, q3)
     return "%.2f [%.2f-%.2f]%s" % (cell.ratio(name), q1, q3, cell.judge(name).mark())
 
 
 def table_rows(res: Result) -> tuple[list[str], list[list[str]]]:
-    """One row per workload and size: auto (and the words) warm and cold."""
-    words = [w for w in WORDS if res.cells and w in res.cells[0].times]
+    """One row per workload and size: auto (and the hints) warm and cold."""
+    hints = [w for w in HINTS if res.cells and w in res.cells[0].times]
     head = ["workload", "size"]
     for sc in _measure.SCENARIOS:
-        head += ["%s auto" % sc] + ["%s %s" % (sc, w.split(" ", 1)[1]) for w in words] + \
+        head += ["%s auto" % sc] + ["%s %s" % (sc, w.split(" ", 1)[1]) for w in hints] + \
                 ["%s best" % sc]
     by = {(c.workload, c.size, c.scenario): c for c in res.cells}
     rows = []
@@ -444,9 +444,9 @@ def table_rows(res: Result) -> tuple[list[str], list[list[str]]]:
         for sc in _measure.SCENARIOS:
             c = by.get((w, n, sc))
             if c is None:
-                row += ["-"] * (2 + len(words))
+                row += ["-"] * (2 + len(hints))
                 continue
-            row += [_fmt(c)] + [_fmt(c, x) for x in words] + [c.best]
+            row += [_fmt(c)] + [_fmt(c, x) for x in hints] + [c.best]
         rows.append(row)
     return head, rows
 
@@ -488,7 +488,7 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
         rows.append(row)
     if any(HOT in c.times for c in res.cells):
         for sc in _measure.SCENARIOS:
-            row = ["%s, then used, hot=True (%.2f)" % (sc, GOAL_WORD)]
+            row = ["%s, then used, hot=True (%.2f)" % (sc, GOAL_HINT)]
             for n in sizes:
                 cs = [c for c in res.cells if c.size == n and c.scenario == sc
                       and c.workload in USED and HOT in c.times]

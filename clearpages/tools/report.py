@@ -41,7 +41,7 @@ DEFAULT_WHY = {
 #: The thresholds ``info`` and ``bench`` report.
 SHOWN = _calibration.FIELDS + ("chunk", "hot_max", "hot_max_other")
 
-#: The word info's table shows where a field's public name is older (JSON
+#: The name info's table shows where a field's public name is older (JSON
 #: keeps the field's name).
 LABEL = {"chunk": "unit"}
 
@@ -116,7 +116,7 @@ def info_data() -> dict[str, Any]:
                    "l3_sharing": cpu.l3_sharing},
         "features": {n: feature_status(n) for n in _cpu.FEATURE_NAMES},
         "methods": [{"name": r.name, "usable": r.name in st.methods,
-                     "kind": "temporal" if r.temporal else "streaming",
+                     "role": r.role, "kind": r.role,    # "kind": the old key, one release
                      "summary": r.summary, "why_not": st.missing(r.name)}
                     for r in ROUTINES],
         "thresholds": {

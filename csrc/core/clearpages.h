@@ -69,7 +69,7 @@ void cp_cpu_decode(const struct cp_cpuid_leaf *leaves, size_t n,
 /* cp_cpuid_dump + cp_xgetbv0 + cp_cpu_decode on this CPU. */
 void cp_cpu_probe(struct cp_cpu_info *out);
 
-/* ---- jobs: many extents, chunked, threaded, interruptible (jobs.c) ----- */
+/* ---- jobs: many extents, in units, threaded, interruptible (jobs.c) ---- */
 
 /* An extent: one contiguous range of bytes, [addr, addr + len). */
 struct cp_extent {

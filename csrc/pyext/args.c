@@ -12,16 +12,16 @@ int method_index(PyObject *m)
 {
     if (!m || m == s_auto)
         return AUTO;
-    for (int i = 0; i < cfg.n; i++)
-        if (m == cfg.r[i].name)
-            return cfg.r[i].fn ? i : DECLINE;
+    for (int i = 0; i < config.n; i++)
+        if (m == config.r[i].name)
+            return config.r[i].fn ? i : DECLINE;
     if (!PyUnicode_Check(m))
         return DECLINE;
     if (PyUnicode_Compare(m, s_auto) == 0)
         return AUTO;
-    for (int i = 0; i < cfg.n; i++)
-        if (PyUnicode_Compare(m, cfg.r[i].name) == 0)
-            return cfg.r[i].fn ? i : DECLINE;
+    for (int i = 0; i < config.n; i++)
+        if (PyUnicode_Compare(m, config.r[i].name) == 0)
+            return config.r[i].fn ? i : DECLINE;
     return DECLINE;
 }
 

@@ -6,8 +6,8 @@
 
 #include "fast.h"
 
-const struct cp_api *nat;
-struct config cfg;
+const struct cp_api *native;
+struct config config;
 
 PyObject *hook_init, *hook_clear, *hook_many, *hook_pages, *hook_scan, *hook_hot;
 PyObject *page_index_error;
@@ -15,7 +15,7 @@ PyObject *debug_hook;
 
 int ensure_ready(void)
 {
-    if (cfg.ready)
+    if (config.ready)
         return 0;
     if (!hook_init) {
         PyErr_SetString(PyExc_RuntimeError, "clearpages._fast is not configured");
@@ -25,7 +25,7 @@ int ensure_ready(void)
     if (!r)
         return -1;
     Py_DECREF(r);
-    if (!cfg.ready) {
+    if (!config.ready) {
         PyErr_SetString(PyExc_RuntimeError, "clearpages._fast is not configured");
         return -1;
     }
@@ -47,7 +47,7 @@ static int usable_or_none(int idx, int may_be_none)
 {
     if (idx == CP_POLICY_NONE && may_be_none)
         return 1;
-    return idx >= 0 && idx < cfg.n && cfg.r[idx].fn;
+    return idx >= 0 && idx < config.n && config.r[idx].fn;
 }
 
 PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
@@ -89,34 +89,34 @@ PyObject *fast_configure(PyObject *self, PyObject *args, PyObject *kw)
         r[i].temporal = temp;
         r[i].fence = fence;
         if (usable) {
-            if (!nat->routines[i].fn) {
+            if (!native->routines[i].fn) {
                 PyErr_Format(PyExc_ValueError, "configure: %U is not in the native module",
                              name);
                 goto fail;
             }
-            r[i].fn = nat->routines[i].fn;
-            r[i].job_fn = nat->routines[i].job_fn;
+            r[i].fn = native->routines[i].fn;
+            r[i].job_fn = native->routines[i].job_fn;
         }
     }
     /* The new table replaces the old one whole, with the GIL held: a call
      * in progress copied what it runs. */
-    struct config old = cfg;
+    struct config old = config;
     for (Py_ssize_t i = 0; i < n; i++)
-        cfg.r[i] = r[i];
-    cfg.n = (int)n;
+        config.r[i] = r[i];
+    config.n = (int)n;
     if (!usable_or_none(policy.memset, 0) || !usable_or_none(policy.temporal, 0)
         || !usable_or_none(policy.streaming, 0) || !usable_or_none(policy.forced, 1)
         || !usable_or_none(policy.long_routine, 1)) {
         PyErr_SetString(PyExc_ValueError, "configure: a routine of the policy is not usable");
-        cfg = old;
+        config = old;
         goto fail;
     }
     for (int i = 0; i < old.n; i++)
         Py_XDECREF(old.r[i].name);
-    cfg.policy = policy;
-    cfg.gil_min = (size_t)gil_min;
-    cfg.slice_ns = slice_ns;
-    cfg.ready = 1;
+    config.policy = policy;
+    config.gil_min = (size_t)gil_min;
+    config.slice_ns = slice_ns;
+    config.ready = 1;
     Py_RETURN_NONE;
 fail:
     for (Py_ssize_t i = 0; i < n; i++)
@@ -187,15 +187,15 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         }
     }
     if (hint == CP_POLICY_HOT_ALL)
-        hint = nat->policy_hot_all(&cfg.policy, NULL, (size_t)n);
+        hint = native->policy_hot_all(&config.policy, NULL, (size_t)n);
     struct cp_decision d;
     decide((size_t)n, (size_t)count, idx, t, hint, (size_t)hot_n, &d);
-    return Py_BuildValue("(OinOO(OO)nOiiiiii)", cfg.r[d.routine].name, d.threads,
+    return Py_BuildValue("(OinOO(OO)nOiiiiii)", config.r[d.routine].name, d.threads,
                          (Py_ssize_t)d.unit,
-                         d.hot_routine >= 0 ? cfg.r[d.hot_routine].name : Py_None,
+                         d.hot_routine >= 0 ? config.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
-                         cfg.r[d.roles[CP_ADAPT_TEMPORAL]].name,
-                         cfg.r[d.roles[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
+                         config.r[d.roles[CP_ADAPT_TEMPORAL]].name,
+                         config.r[d.roles[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
                          d.skip_untouched ? Py_True : Py_False, d.why, d.hot_why,
                          d.threads_why, d.adapt_why, d.untouched_why, d.learned);
 }
@@ -204,15 +204,15 @@ PyObject *fast_settings(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    if (!cfg.ready)
+    if (!config.ready)
         Py_RETURN_NONE;
-    const struct cp_policy *p = &cfg.policy;
+    const struct cp_policy *p = &config.policy;
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:i,s:K,s:K,s:K}",
                          "vector_max", (unsigned long long)p->vector_max,
                          "nt_min", (unsigned long long)p->nt_min,
                          "unit", (unsigned long long)p->unit,
-                         "gil_min", (unsigned long long)cfg.gil_min,
-                         "slice_ns", (unsigned long long)cfg.slice_ns,
+                         "gil_min", (unsigned long long)config.gil_min,
+                         "slice_ns", (unsigned long long)config.slice_ns,
                          "adapt", p->adapt_active,
                          "adapt_min", (unsigned long long)p->adapt_min,
                          "adapt_max", (unsigned long long)p->adapt_max,
@@ -230,6 +230,6 @@ PyObject *fast_set_untouched(PyObject *self, PyObject *arg)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
-    cfg.policy.untouched_min = (size_t)v;
+    config.policy.untouched_min = (size_t)v;
     Py_RETURN_NONE;
 }

@@ -1,5 +1,5 @@
 /*
- * The entries: clear, clear_many, clear_runs and clear_pages, each in one
+ * The entries: clear, clear_many, clear_extents and clear_pages, each in one
  * native call (arguments taken, buffers acquired, the work run, every
  * buffer released), and their _exact forms, called back by Python with
  * normalized arguments.
@@ -42,7 +42,7 @@ static PyObject *declined(int strict, PyObject *hook, PyObject **args, size_t n,
     if (!args[method_at])
         args[method_at] = s_auto;
     if (!args[method_at + 1])
-        args[method_at + 1] = one;
+        args[method_at + 1] = default_threads;
     for (size_t i = 0; i < n; i++)
         if (!args[i])
             args[i] = Py_None;
@@ -96,17 +96,17 @@ static int views_written(struct dlpack_view *t, size_t n, int rc)
 }
 
 /* clear() of a tensor taken through DLPack (dlpack.c); the view is
- * released here.  hot: NULL, True/False (the word for the whole tensor) or
+ * released here.  hot: NULL, True/False (the hint for the whole tensor) or
  * a (start, stop) pair, which needs a tensor that tiles its bytes. */
 static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
                               PyObject *hot)
 {
     size_t start = 0, stop = 0;
-    int word = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
-    if (hot && !word) {
+    int hint = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
+    if (hot && !hint) {
         int ok = dv->nruns ? 0 : hot_range(hot, dv->len, &start, &stop);
         if (ok == 0) {
-            /* Python's check (_core._check_hot) refuses it with the words it
+            /* Python's check (_core._check_hot) refuses it with the message it
              * has for buffers, or gives the pair as two exact ints. */
             PyObject *pair = PyObject_CallFunction(hook_hot, "OnO", hot, (Py_ssize_t)dv->len,
                                                    dv->nruns ? Py_True : Py_False);
@@ -126,8 +126,8 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     if (rc == 0 && dv->len) {     /* an empty tensor's data may be NULL */
         if (dv->nruns)
             rc = clear_extents(dv->addrs, dv->lens, dv->nruns, dv->len, idx, nthreads);
-        else if (word)
-            rc = clear_whole(dv->base, dv->len, idx, nthreads, word);
+        else if (hint)
+            rc = clear_whole(dv->base, dv->len, idx, nthreads, hint);
         else if (hot)
             rc = clear_with_hot(dv->base, dv->len, start, stop, idx, nthreads);
         else
@@ -160,11 +160,11 @@ static int clear_if_tensor(PyObject *buf, PyObject *method, PyObject *threads, P
         return 0;
     struct dlpack_view dv;
     /* Read without an export only where the GIL is kept throughout. */
-    size_t direct_max = nthreads == 1 && (!hot || hot == Py_False) ? cfg.gil_min : 0;
+    size_t direct_max = nthreads == 1 && (!hot || hot == Py_False) ? config.gil_min : 0;
     int got = dlpack_acquire(buf, &dv, direct_max);
     if (got <= 0)
         return got;
-    if (dv.direct && dv.len >= cfg.gil_min) {
+    if (dv.direct && dv.len >= config.gil_min) {
         /* The configuration was reloaded meanwhile (the producer's code
          * ran): export it after all. */
         dlpack_release(&dv);
@@ -230,7 +230,7 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (!hot) {
         rc = clear_extent(base, n, idx, nthreads);
     } else if (hot == Py_True || hot == Py_False) {
-        /* The program's word for the whole buffer: all of it used next, or
+        /* The program's hint for the whole buffer: all of it used next, or
          * none of it soon. */
         rc = clear_whole(base, n, idx, nthreads,
                          hot == Py_True ? CP_POLICY_HOT_ALL : CP_POLICY_NOT_SOON);
@@ -431,24 +431,24 @@ decline: {
 
 ENTRY_PAIR(fast_clear_many, do_clear_many)
 
-/* clear_runs(addrs, lens, *, method, threads): extents given as two
- * buffers of uint64 (a strided array's runs); the caller keeps their
+/* clear_extents(addrs, lens, *, method, threads): extents given as two
+ * buffers of uint64 (a strided array's extents); the caller keeps their
  * memory alive.  Arguments are normalized by Python. */
-static const char *const runs_pos[] = {"addrs", "lens"};
+static const char *const extents_pos[] = {"addrs", "lens"};
 
-PyObject *fast_clear_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
+PyObject *fast_clear_extents(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
     (void)self;
     PyObject *pos[2] = {NULL, NULL}, *method = NULL, *threads = NULL;
     struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
-    if (parse_args("clear_runs", args, nargs, kwnames, 2, 2, pos, runs_pos, kws, 2) < 0)
+    if (parse_args("clear_extents", args, nargs, kwnames, 2, 2, pos, extents_pos, kws, 2) < 0)
         return NULL;
     if (ensure_ready() < 0)
         return NULL;
     int idx = method_index(method), nthreads = threads_value(threads);
     if (idx == DECLINE || nthreads == DECLINE) {
-        PyErr_SetString(PyExc_ValueError, "clear_runs: bad method or threads");
+        PyErr_SetString(PyExc_ValueError, "clear_extents: bad method or threads");
         return NULL;
     }
     Py_buffer a, l;
@@ -460,7 +460,7 @@ PyObject *fast_clear_runs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     PyObject *res = NULL;
     if (a.len != l.len || a.len % 8) {
-        PyErr_SetString(PyExc_ValueError, "clear_runs: two uint64 buffers of one length");
+        PyErr_SetString(PyExc_ValueError, "clear_extents: two uint64 buffers of one length");
     } else {
         size_t n = (size_t)a.len / 8, total = 0;
         for (size_t i = 0; i < n; i++)
@@ -584,7 +584,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         goto fail;
     }
     size_t bad = 0;
-    struct cp_job *job = nat->job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
+    struct cp_job *job = native->job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
                                             psize, &bad);
     if (!job) {
         if (bad >= (size_t)count) {
@@ -599,21 +599,21 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         }
         goto fail;
     }
-    size_t total = nat->job_total(job);
+    size_t total = native->job_total(job);
     if (call_debug_hook("acquired", NULL, total) < 0) {
-        nat->job_free(job);
+        native->job_free(job);
         goto fail;
     }
     /* Only now, after the items' __index__, a __buffer__ and the hook have
      * run (see clear). */
     idx = method_index(method);
     if (idx == DECLINE) {
-        nat->job_free(job);
+        native->job_free(job);
         goto release_decline;
     }
     if (run_decided(job, total, (size_t)count, idx, nthreads) == 0)
         res = Py_NewRef(Py_None);
-    nat->job_free(job);
+    native->job_free(job);
 fail:
     if (have_pv)
         PyBuffer_Release(&pv);

@@ -40,7 +40,7 @@ static inline PyObject *Py_NewRef(PyObject *o)
 
 /* ---- what _native provides: its table of entry points (core/api.h) ------- */
 
-extern const struct cp_api *nat;    /* imported by PyInit__fast */
+extern const struct cp_api *native; /* imported by PyInit__fast */
 
 /* ---- what Python configured (config.c) ------------------------------------- */
 
@@ -61,10 +61,10 @@ struct config {
     uint64_t slice_ns;
 };
 
-extern struct config cfg;
+extern struct config config;
 
 extern PyObject *s_auto;            /* "auto", interned */
-extern PyObject *one;               /* 1, the default thread count */
+extern PyObject *default_threads;   /* 1, the default thread count */
 extern PyObject *hook_init;         /* () -> None: build the state, configure */
 extern PyObject *hook_clear;        /* (buf, method, threads, hot, err) */
 extern PyObject *hook_many;         /* (seq, method, threads, bad) */
@@ -82,7 +82,7 @@ int ensure_ready(void);
 static inline void decide(size_t nbytes, size_t count, int idx, int threads, int hot,
                           size_t hot_nbytes, struct cp_decision *d)
 {
-    nat->policy_decide(&cfg.policy, nbytes, count, idx, threads, hot, hot_nbytes, d);
+    native->policy_decide(&config.policy, nbytes, count, idx, threads, hot, hot_nbytes, d);
 }
 
 /* ---- args.c ------------------------------------------------------------------ */
@@ -166,7 +166,7 @@ PyObject *fast_clear_many(PyObject *, PyObject *const *, Py_ssize_t, PyObject *)
 PyObject *fast_clear_many_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_clear_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_clear_pages_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
-PyObject *fast_clear_runs(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_extents(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 
 extern const char configure_doc[];
 PyObject *fast_configure(PyObject *, PyObject *, PyObject *);

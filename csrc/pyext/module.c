@@ -31,7 +31,7 @@
  */
 #include "fast.h"
 
-PyObject *s_auto, *one;
+PyObject *s_auto, *default_threads;
 
 #define FASTCALL_KW (METH_FASTCALL | METH_KEYWORDS)
 
@@ -64,8 +64,8 @@ static PyMethodDef module_methods[] = {
      "clear_many with normalized arguments; never declines."},
     {"clear_pages_exact", (PyCFunction)(void (*)(void))fast_clear_pages_exact, FASTCALL_KW,
      "clear_pages with normalized arguments; never declines."},
-    {"clear_runs", (PyCFunction)(void (*)(void))fast_clear_runs, FASTCALL_KW,
-     "clear_runs(addrs, lens, *, method, threads): extents of a strided buffer."},
+    {"clear_extents", (PyCFunction)(void (*)(void))fast_clear_extents, FASTCALL_KW,
+     "clear_extents(addrs, lens, *, method, threads): extents of a strided buffer."},
     {"check_items", fast_check_items, METH_VARARGS,
      "check_items(obj, index=-1): TypeError if obj's items hold references\n"
      "(Python objects), which clearpages never clears."},
@@ -79,17 +79,17 @@ static PyMethodDef module_methods[] = {
      "call ('call'); tests watch and inject failures with it."},
     {"decide", fast_decide, METH_VARARGS,
      "decide(nbytes, count=1, threads=1, method='auto', hot=None) -> (routine,\n"
-     "threads, unit, hot routine, adaptive, (temporal arm, streaming arm),\n"
-     "hot range's length): what a call runs, from the policy every call follows.\n"
+     "threads, unit, hot routine, adaptive, (temporal role, streaming role),\n"
+     "hot range's length, skip_untouched, why, hot_why, threads_why, adapt_why,\n"
+     "untouched_why, learned): what a call runs, from the policy every call\n"
+     "follows, and the reason codes of the rules that chose it (core/policy.h).\n"
      "hot: None, True (all of it used next), False (not soon) or the hot range's\n"
      "length."},
     {"settings", fast_settings, METH_NOARGS, "The numbers configured (None before)."},
     {"set_untouched", fast_set_untouched, METH_O,
-     "set_untouched(min_bytes): the configured policy's untouched_min (0: never\n"
-     "look for untouched pages) until the next configure(); for benchmarks."},
-    {"set_untouched", fast_set_untouched, METH_O,
-     "set_untouched(min_bytes): clears of at least that many bytes leave\n"
-     "never-touched private anonymous pages alone (0: never look)."},
+     "set_untouched(min_bytes): until the next configure(), clears of at least\n"
+     "min_bytes leave never-touched private anonymous pages alone (the\n"
+     "configured policy's untouched_min; 0: never look); for benchmarks."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
      "is_zero(buf, *, threads=1)\n--\n\n"
      "True when every byte of a readable buffer is zero (a bool).  Reads nothing\n"
@@ -132,7 +132,7 @@ static int import_native(void)
                      api->version, api->size, CP_API_VERSION, sizeof(struct cp_api));
         return -1;
     }
-    nat = api;
+    native = api;
     return 0;
 }
 
@@ -156,15 +156,15 @@ static int module_exec(PyObject *m)
                         "it there");
         return -1;
     }
-    if (!nat && import_native() < 0)
+    if (!native && import_native() < 0)
         return -1;
     if (!s_auto) {              /* once per process (a module may be imported again) */
         for (int i = 0; kw_names[i]; i++)
             if (!(kw_objects[i] = PyUnicode_InternFromString(kw_names[i])))
                 return -1;
-        one = PyLong_FromLong(1);
-        if (!one || PyType_Ready(&RegionMemoryType) < 0 || PyType_Ready(&PoolCoreType) < 0
-                || PyType_Ready(&BlockMemoryType) < 0)
+        default_threads = PyLong_FromLong(1);
+        if (!default_threads || PyType_Ready(&RegionMemoryType) < 0
+                || PyType_Ready(&PoolCoreType) < 0 || PyType_Ready(&BlockMemoryType) < 0)
             return -1;
         if (!(s_auto = PyUnicode_InternFromString("auto")))
             return -1;

@@ -91,7 +91,7 @@ static void *take(struct pool_handler *h, size_t n)
     if (n < h->min_size || n > h->block_size)
         return NULL;
     uintptr_t addr;
-    if (nat->pool_take(h->core, CP_POOL_PREPARE, 0, 0, &addr) != 0)
+    if (native->pool_take(h->core, CP_POOL_PREPARE, 0, 0, &addr) != 0)
         return NULL;
     return (void *)addr;
 }
@@ -114,8 +114,8 @@ static void *h_calloc(void *ctx, size_t nelem, size_t elsize)
 static void h_free(void *ctx, void *p, size_t size)
 {
     struct pool_handler *h = ctx;
-    if (p && nat->pool_owns(h->core, (uintptr_t)p))
-        nat->pool_give(h->core, (uintptr_t)p);
+    if (p && native->pool_owns(h->core, (uintptr_t)p))
+        native->pool_give(h->core, (uintptr_t)p);
     else
         h->prev->allocator.free(h->prev->allocator.ctx, p, size);
 }
@@ -123,7 +123,7 @@ static void h_free(void *ctx, void *p, size_t size)
 static void *h_realloc(void *ctx, void *p, size_t n)
 {
     struct pool_handler *h = ctx;
-    if (!p || !nat->pool_owns(h->core, (uintptr_t)p))
+    if (!p || !native->pool_owns(h->core, (uintptr_t)p))
         return h->prev->allocator.realloc(h->prev->allocator.ctx, p, n);
     if (n && n <= h->block_size)
         return p;               /* it still fits its block */
@@ -131,7 +131,7 @@ static void *h_realloc(void *ctx, void *p, size_t n)
     if (!q)
         return NULL;            /* the block stays the array's */
     memcpy(q, p, n < h->block_size ? n : h->block_size);
-    nat->pool_give(h->core, (uintptr_t)p);
+    native->pool_give(h->core, (uintptr_t)p);
     return q;
 }
 
@@ -141,7 +141,7 @@ static void handler_free(PyObject *capsule)
     if (!h)
         return;
     Py_XDECREF(h->prev_capsule);
-    nat->pool_unref(h->core);
+    native->pool_unref(h->core);
     PyMem_RawFree(h);
 }
 
@@ -156,7 +156,7 @@ static PyObject *make_handler(PyObject *pool, size_t min_size)
         return NULL;
     struct pool_handler *h = PyMem_RawCalloc(1, sizeof *h);
     if (!h) {
-        nat->pool_unref(core);
+        native->pool_unref(core);
         return PyErr_NoMemory();
     }
     h->core = core;
@@ -168,7 +168,7 @@ static PyObject *make_handler(PyObject *pool, size_t min_size)
     if (h->block_size == (size_t)-1 || !h->prev_capsule
             || !(h->prev = PyCapsule_GetPointer(h->prev_capsule, NP_HANDLER_CAPSULE))) {
         Py_XDECREF(h->prev_capsule);
-        nat->pool_unref(core);
+        native->pool_unref(core);
         PyMem_RawFree(h);
         return NULL;
     }
@@ -178,7 +178,7 @@ static PyObject *make_handler(PyObject *pool, size_t min_size)
     PyObject *capsule = PyCapsule_New(h, NP_HANDLER_CAPSULE, handler_free);
     if (!capsule) {
         Py_DECREF(h->prev_capsule);
-        nat->pool_unref(core);
+        native->pool_unref(core);
         PyMem_RawFree(h);
     }
     return capsule;

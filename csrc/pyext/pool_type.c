@@ -37,7 +37,7 @@ typedef struct {
 
 static int forked_away(const PoolCore *pool)
 {
-    return !pool->inherited && nat->fork_generation() != pool->generation;
+    return !pool->inherited && native->fork_generation() != pool->generation;
 }
 
 struct cp_pool *pool_core_ref(PyObject *obj)
@@ -52,7 +52,7 @@ struct cp_pool *pool_core_ref(PyObject *obj)
         PyErr_SetString(PyExc_ValueError, "the Pool is not open");
         return NULL;
     }
-    nat->pool_retain(pool->core);
+    native->pool_retain(pool->core);
     return pool->core;
 }
 
@@ -73,8 +73,8 @@ static void pool_dealloc(PoolCore *self)
         struct cp_pool *core = self->core;
         self->core = NULL;
         Py_BEGIN_ALLOW_THREADS
-        nat->pool_close(core, 1);
-        nat->pool_unref(core);
+        native->pool_close(core, 1);
+        native->pool_unref(core);
         Py_END_ALLOW_THREADS
     }
     Py_CLEAR(self->block_type);
@@ -112,7 +112,7 @@ static PyObject *pool_open(PoolCore *self, PyObject *args)
      * streaming stores, unless CLEARPAGES_METHOD forces one. */
     struct cp_decision d;
     decide((size_t)block_size, 1, AUTO, 1, CP_POLICY_NOT_SOON, 0, &d);
-    if (d.routine < 0 || d.routine >= cfg.n || !cfg.r[d.routine].fn) {
+    if (d.routine < 0 || d.routine >= config.n || !config.r[d.routine].fn) {
         PyErr_SetString(PyExc_RuntimeError, "clearpages: the policy named no usable routine");
         return NULL;
     }
@@ -125,22 +125,22 @@ static PyObject *pool_open(PoolCore *self, PyObject *args)
     c.low_water = (size_t)low_water;
     c.max_rate = (uint64_t)max_rate;
     c.step = (size_t)step;
-    c.zero = cfg.r[d.routine].fn;
+    c.zero = config.r[d.routine].fn;
     c.protect = protect;
     c.debug = debug;
     c.scan_variant = variant;
     struct cp_pool *core = NULL;
-    int err = nat->pool_new(&c, &core);
+    int err = native->pool_new(&c, &core);
     if (err)
         return PyLong_FromLong(err);
     self->core = core;
     self->block_size = c.block_size;
     self->debug = debug;
     self->inherited = kind != CP_REGION_HUGETLB && !(protect & CP_PROTECT_DONTFORK);
-    self->generation = nat->fork_generation();
+    self->generation = native->fork_generation();
     Py_INCREF(block_type);
     self->block_type = (PyTypeObject *)block_type;
-    self->routine = Py_NewRef(cfg.r[d.routine].name);
+    self->routine = Py_NewRef(config.r[d.routine].name);
     return PyLong_FromLong(0);
 }
 
@@ -148,7 +148,7 @@ static PyObject *new_block(PoolCore *self, uintptr_t addr)
 {
     BlockMemory *b = (BlockMemory *)self->block_type->tp_alloc(self->block_type, 0);
     if (!b) {
-        nat->pool_give(self->core, addr);
+        native->pool_give(self->core, addr);
         return NULL;
     }
     Py_INCREF(self);
@@ -181,23 +181,23 @@ static PyObject *acquire_for(PoolCore *self, double seconds)
     uintptr_t addr;
     int err;
     if (!self->debug) {
-        err = nat->pool_take(self->core, CP_POOL_READY_ONLY | CP_POOL_WILL_RETRY, 0, 0, &addr);
+        err = native->pool_take(self->core, CP_POOL_READY_ONLY | CP_POOL_WILL_RETRY, 0, 0, &addr);
         if (!err)
             return new_block(self, addr);
         if (err != EAGAIN)
             return take_failed(self, err, seconds);
     }
-    uint64_t asked = nat->adapt_now_ns();
+    uint64_t asked = native->adapt_now_ns();
     uint64_t deadline = isinf(seconds) || seconds * 1e9 >= (double)(UINT64_MAX - asked)
         ? UINT64_MAX : asked + (uint64_t)(seconds * 1e9);
     for (;;) {
-        uint64_t now = nat->adapt_now_ns();
+        uint64_t now = native->adapt_now_ns();
         uint64_t left = deadline > now ? deadline - now : 0;
         uint64_t slice = left < WAIT_SLICE_NS ? left : WAIT_SLICE_NS;
         int last = left <= WAIT_SLICE_NS;
         struct cp_pool *core = self->core;
         Py_BEGIN_ALLOW_THREADS
-        err = nat->pool_take(core, CP_POOL_PREPARE | CP_POOL_WAIT
+        err = native->pool_take(core, CP_POOL_PREPARE | CP_POOL_WAIT
                              | (last ? 0 : CP_POOL_WILL_RETRY), asked, slice, &addr);
         Py_END_ALLOW_THREADS
         if (!err)
@@ -248,11 +248,11 @@ static PyObject *pool_acquire_nowait(PoolCore *self, PyObject *unused)
     uintptr_t addr;
     int err;
     if (!self->debug) {
-        err = nat->pool_take(self->core, CP_POOL_READY_ONLY, 0, 0, &addr);
+        err = native->pool_take(self->core, CP_POOL_READY_ONLY, 0, 0, &addr);
     } else {
         struct cp_pool *core = self->core;
         Py_BEGIN_ALLOW_THREADS
-        err = nat->pool_take(core, CP_POOL_READY_ONLY, 0, 0, &addr);
+        err = native->pool_take(core, CP_POOL_READY_ONLY, 0, 0, &addr);
         Py_END_ALLOW_THREADS
     }
     if (!err)
@@ -282,7 +282,7 @@ static int block_give(BlockMemory *b, int when_released)
         return -1;
     }
     b->released = 1;
-    int err = nat->pool_give(b->pool->core, b->addr);
+    int err = native->pool_give(b->pool->core, b->addr);
     if (err) {
         PyErr_Format(PyExc_SystemError, "clearpages: the pool did not take its block "
                      "back (errno %d)", err);
@@ -319,7 +319,7 @@ static PyObject *pool_close(PoolCore *self, PyObject *arg)
     struct cp_pool *core = self->core;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->pool_close(core, when_released);
+    err = native->pool_close(core, when_released);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(err);
 }
@@ -334,7 +334,7 @@ static PyObject *pool_trim(PoolCore *self, PyObject *unused)
     uint64_t bytes = 0;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->pool_trim(core, &bytes);
+    err = native->pool_trim(core, &bytes);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("(iK)", err, (unsigned long long)bytes);
 }
@@ -346,7 +346,7 @@ static PyObject *pool_set_pace(PoolCore *self, PyObject *args)
         return NULL;
     if (!self->core)
         return not_open();
-    nat->pool_set_pace(self->core, (uint64_t)rate, (size_t)low_water);
+    native->pool_set_pace(self->core, (uint64_t)rate, (size_t)low_water);
     Py_RETURN_NONE;
 }
 
@@ -355,7 +355,7 @@ static PyObject *pool_owns(PoolCore *self, PyObject *arg)
     uintptr_t addr = (uintptr_t)PyLong_AsSize_t(arg);
     if (addr == (uintptr_t)-1 && PyErr_Occurred())
         return NULL;
-    return PyBool_FromLong(self->core && nat->pool_owns(self->core, addr));
+    return PyBool_FromLong(self->core && native->pool_owns(self->core, addr));
 }
 
 static PyObject *pool_stats(PoolCore *self, PyObject *unused)
@@ -364,7 +364,7 @@ static PyObject *pool_stats(PoolCore *self, PyObject *unused)
     if (!self->core)
         return not_open();
     struct cp_pool_stats s;
-    nat->pool_stats(self->core, &s);
+    native->pool_stats(self->core, &s);
 #define N(x) (Py_ssize_t)(x)
 #define K(x) (unsigned long long)(x)
     return Py_BuildValue(

@@ -37,7 +37,7 @@ static void region_settle(RegionMemory *self)
 {
     if (!(self->mapped || self->orphan_size)
         || !(self->kind == CP_REGION_HUGETLB || (self->protect & CP_PROTECT_DONTFORK))
-        || nat->fork_generation() == self->generation)
+        || native->fork_generation() == self->generation)
         return;
     self->mapped = 0;
     self->address = 0;
@@ -91,9 +91,9 @@ static void region_dealloc(RegionMemory *self)
     /* A live export holds a reference to us, so none is left here. */
     region_settle(self);
     if (self->mapped && self->exports == 0)
-        nat->region_unmap(self->address, self->size);
+        native->region_unmap(self->address, self->size);
     if (self->orphan_size && self->exports == 0)
-        nat->region_unmap(self->orphan, self->orphan_size);
+        native->region_unmap(self->orphan, self->orphan_size);
     self->mapped = 0;
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -135,7 +135,7 @@ static void region_releasebuffer(RegionMemory *self, Py_buffer *view)
         size_t size = self->orphan_size;
         self->orphan = 0;
         self->orphan_size = 0;
-        nat->region_unmap(addr, size);
+        native->region_unmap(addr, size);
     }
 }
 
@@ -226,12 +226,12 @@ static PyObject *region_map(RegionMemory *self, PyObject *args)
     uintptr_t out = 0;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->region_map(size, align, kind, shift, &out);
+    err = native->region_map(size, align, kind, shift, &out);
     Py_END_ALLOW_THREADS
     if (!err) {
         self->address = out;
         self->size = size;
-        self->generation = nat->fork_generation();
+        self->generation = native->fork_generation();
         self->forked_away = 0;
         self->mapped = 1;
         self->kind = kind;
@@ -259,18 +259,18 @@ static PyObject *region_relocate(RegionMemory *self, int op, const char *what,
     Py_BEGIN_ALLOW_THREADS
     if (op == 0) {
         new_size = (size_t)a;
-        err = nat->region_resize(addr, size, new_size, (int)b, (int)c, (size_t)d, &out);
+        err = native->region_resize(addr, size, new_size, (int)b, (int)c, (size_t)d, &out);
     } else if (op == 1) {
-        err = nat->region_move_congruent(addr, size, (size_t)a, (size_t)b, (size_t)c, &out);
+        err = native->region_move_congruent(addr, size, (size_t)a, (size_t)b, (size_t)c, &out);
     } else {
         out = (uintptr_t)b;
-        err = nat->region_move_to(addr, size, (size_t)a, out);
+        err = native->region_move_to(addr, size, (size_t)a, out);
     }
     if (!err && self->protect) {
         /* mremap carries the flags with the mapping; a hugetlb region that
          * grew has new mappings, which get them here. */
         int failed;
-        int perr = nat->region_protect(out, new_size, self->protect, &failed);
+        int perr = native->region_protect(out, new_size, self->protect, &failed);
         if (perr)
             err = perr | CP_REGION_UNPROTECTED;
     }
@@ -375,7 +375,7 @@ static PyObject *region_discard(RegionMemory *self, PyObject *unused)
     uintptr_t addr = self->address;
     size_t size = self->size;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->region_discard(addr, size);
+    err = native->region_discard(addr, size);
     Py_END_ALLOW_THREADS
     region_unlock(self);
     return PyLong_FromLong(err);
@@ -404,7 +404,7 @@ static PyObject *region_close_mapping(RegionMemory *self, int when_released)
         self->orphan_size = size;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        nat->region_unmap(addr, size);
+        native->region_unmap(addr, size);
         Py_END_ALLOW_THREADS
     }
     region_unlock(self);
@@ -434,7 +434,7 @@ static PyObject *region_protect(RegionMemory *self, PyObject *arg)
     size_t size = self->size;
     int err, failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    err = nat->region_protect(addr, size, flags, &failed);
+    err = native->region_protect(addr, size, flags, &failed);
     Py_END_ALLOW_THREADS
     if (!err)
         self->protect |= flags;

@@ -30,7 +30,7 @@ int call_debug_hook(const char *where, PyObject *routine, size_t n)
  * code may run. */
 struct routine routine_take(int idx)
 {
-    struct routine r = cfg.r[idx];
+    struct routine r = config.r[idx];
     Py_INCREF(r.name);
     return r;
 }
@@ -46,28 +46,28 @@ void routine_drop(struct routine *r)
 static int run_job_with(struct cp_job *job, const struct routine *r, int threads, size_t unit,
                         size_t total)
 {
-    if (nat->job_configure(job, r->job_fn, unit, threads, r->fence) != 0) {
+    if (native->job_configure(job, r->job_fn, unit, threads, r->fence) != 0) {
         PyErr_Format(PyExc_ValueError, "bad job configuration: %U, %d threads",
                      r->name, threads);
         return -1;
     }
-    uint64_t slice = cfg.slice_ns;
-    int release = threads > 1 || total >= cfg.gil_min;
+    uint64_t slice = config.slice_ns;
+    int release = threads > 1 || total >= config.gil_min;
     for (;;) {
         if (call_debug_hook("slice", r->name, total) < 0)
             return -1;
         int rc;
         if (release) {
             Py_BEGIN_ALLOW_THREADS
-            rc = nat->job_run(job, slice);
+            rc = native->job_run(job, slice);
             Py_END_ALLOW_THREADS
         } else {
-            rc = nat->job_run(job, slice);
+            rc = native->job_run(job, slice);
         }
         if (rc == 1)
             return 0;
         if (rc < 0) {
-            int err = nat->job_error(job);
+            int err = native->job_error(job);
             if (err) {
                 PyObject *e = PyObject_CallFunction(
                     PyExc_OSError, "iN", err, PyUnicode_FromFormat(
@@ -98,7 +98,7 @@ int run_job(struct cp_job *job, int idx, int threads, size_t unit, size_t total)
 
 static inline void call_fn(cp_clear_fn fn, void *dst, size_t n)
 {
-    if (n >= cfg.gil_min) {
+    if (n >= config.gil_min) {
         Py_BEGIN_ALLOW_THREADS
         fn(dst, n);
         Py_END_ALLOW_THREADS
@@ -120,7 +120,7 @@ static int call_routine(const struct routine *r, void *dst, size_t n)
 /* A job over n extents (cp_job_new), or NULL with MemoryError set. */
 static struct cp_job *new_job(char **addrs, size_t *lens, size_t n)
 {
-    struct cp_job *job = nat->job_new(addrs, lens, n);
+    struct cp_job *job = native->job_new(addrs, lens, n);
     if (!job)
         PyErr_NoMemory();
     return job;
@@ -137,7 +137,7 @@ static int clear_extent_with(char *dst, size_t n, const struct routine *r, int t
     if (!job)
         return -1;
     int rc = run_job_with(job, r, threads, unit, n);
-    nat->job_free(job);
+    native->job_free(job);
     return rc;
 }
 
@@ -149,7 +149,7 @@ static size_t skip_untouched(struct cp_job *job, size_t total)
 {
     size_t dropped;
     Py_BEGIN_ALLOW_THREADS
-    dropped = nat->job_skip_untouched(job);
+    dropped = native->job_skip_untouched(job);
     Py_END_ALLOW_THREADS
     return total - dropped;
 }
@@ -164,7 +164,7 @@ static size_t drop_untouched(struct cp_job *job, size_t total, int idx, int thre
         return total;
     size_t left = skip_untouched(job, total);
     if (left < total)
-        decide(left, nat->job_extents(job), idx, threads, 0, 0, d);
+        decide(left, native->job_extents(job), idx, threads, 0, 0, d);
     return left;
 }
 
@@ -192,7 +192,7 @@ static int clear_untouched_aside(char *dst, size_t n, int idx, int threads,
     size_t left = drop_untouched(job, n, idx, threads, &left_d);
     int rc = left == n ? 1 : left ? run_job(job, left_d.routine, left_d.threads,
                                             left_d.unit, left) : 0;
-    nat->job_free(job);
+    native->job_free(job);
     return rc;
 }
 
@@ -210,26 +210,26 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
             return rc;
         /* The GIL was let go meanwhile: decided again, from the table now. */
         decide(n, 1, idx, threads, 0, 0, &d);
-        if (!cfg.r[d.routine].fn) {
+        if (!config.r[d.routine].fn) {
             PyErr_Format(PyExc_ValueError, "clearpages: %U was taken away by a "
-                         "reload_config() during the call", cfg.r[d.routine].name);
+                         "reload_config() during the call", config.r[d.routine].name);
             return -1;
         }
     }
     idx = d.routine;
     int ticket = -1;
     if (d.adaptive) {
-        ticket = cp_adapt_fast_take(nat->adapt_fast, n, dst);
+        ticket = cp_adapt_fast_take(native->adapt_fast, n, dst);
         if (ticket < 0)
-            ticket = nat->adapt_choose(n, dst);
+            ticket = native->adapt_choose(n, dst);
         if (ticket >= 0)
             idx = d.roles[ticket & CP_ADAPT_STREAMING];
     }
     int timed = ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED);
-    uint64_t t0 = timed ? nat->adapt_now_ns() : 0;
+    uint64_t t0 = timed ? native->adapt_now_ns() : 0;
     int rc;
     if (d.threads == 1 && n <= d.unit && !debug_hook) {
-        call_fn(cfg.r[idx].fn, dst, n);     /* the per-call path: no Python code first */
+        call_fn(config.r[idx].fn, dst, n);     /* the per-call path: no Python code first */
         rc = 0;
     } else {
         struct routine r = routine_take(idx);
@@ -237,7 +237,7 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
         routine_drop(&r);
     }
     if (timed && rc == 0)
-        nat->adapt_record_span(n, ticket, t0, nat->adapt_now_ns());
+        native->adapt_record_span(n, ticket, t0, native->adapt_now_ns());
     return rc;
 }
 
@@ -261,7 +261,7 @@ int clear_whole(char *base, size_t n, int idx, int threads, int hint)
 {
     struct cp_decision d;
     if (hint == CP_POLICY_HOT_ALL)
-        hint = nat->policy_hot_all(&cfg.policy, base, n);
+        hint = native->policy_hot_all(&config.policy, base, n);
     decide(n, 1, idx, threads, hint, 0, &d);
     if (hint == CP_POLICY_HOT_ALL || hint == CP_POLICY_HOT_ALL_OTHER)
         return clear_hot_decided(base, n, n - d.hot_nbytes, n, &d);
@@ -288,7 +288,7 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
             if (d.skip_untouched)
                 cold_n = skip_untouched(job, cold_n);
             rc = run_job_with(job, &cold, d.threads, d.unit, cold_n);
-            nat->job_free(job);
+            native->job_free(job);
         }
     }
     if (rc == 0 && stop > start)
@@ -307,6 +307,6 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
     if (!job)
         return -1;
     int rc = run_decided(job, total, n, idx, threads);
-    nat->job_free(job);
+    native->job_free(job);
     return rc;
 }

@@ -51,7 +51,7 @@ static PyObject *scan_declined(const char *name, PyObject *buf, PyObject *page_s
     if (!ps)
         return NULL;
     PyObject *res = PyObject_CallFunction(hook_scan, "sOOO", name, buf, ps,
-                                          threads ? threads : one);
+                                          threads ? threads : default_threads);
     Py_DECREF(ps);
     return res;
 }
@@ -115,11 +115,11 @@ static int scan_extent(const char *p, size_t n, int threads)
  * or the look cannot tell: read it all. */
 static int touched_extents(const char *p, size_t n, struct cp_extent **kept, size_t *m)
 {
-    if (!cp_policy_looks_untouched(&cfg.policy, n))
+    if (!cp_policy_looks_untouched(&config.policy, n))
         return 0;
     struct cp_extent whole = {(char *)p, n};
     Py_BEGIN_ALLOW_THREADS
-    *m = nat->untouched_trim(&whole, 1, kept);
+    *m = native->untouched_trim(&whole, 1, kept);
     Py_END_ALLOW_THREADS
     return *m != (size_t)-1;
 }
@@ -130,7 +130,7 @@ static int touched_extents(const char *p, size_t n, struct cp_extent **kept, siz
  * the three bytes first, so that a nonzero one still answers at once. */
 static int scan_contiguous(const char *p, size_t n, int threads)
 {
-    if (cp_policy_looks_untouched(&cfg.policy, n) && (p[0] | p[n - 1] | p[n / 2]))
+    if (cp_policy_looks_untouched(&config.policy, n) && (p[0] | p[n - 1] | p[n / 2]))
         return 0;
     struct cp_extent *kept;
     size_t m;
@@ -139,7 +139,7 @@ static int scan_contiguous(const char *p, size_t n, int threads)
     int zero = 1;
     for (size_t i = 0; i < m && zero == 1; i++)
         zero = scan_extent(kept[i].addr, kept[i].len, threads);
-    nat->extents_free(kept);
+    native->extents_free(kept);
     return zero;
 }
 
@@ -317,7 +317,7 @@ static int nonzero_pages_touched(const char *base, size_t n, size_t psize, int t
             rc = scan_pages(base, n, psize, first, end, t, out, found);
         next = end > next ? end : next;
     }
-    nat->extents_free(kept);
+    native->extents_free(kept);
     return rc;
 }
 
@@ -404,8 +404,8 @@ PyObject *fast_set_scan(PyObject *self, PyObject *arg)
     int v = (int)PyLong_AsLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
-    scan.is_zero = nat->scan_is_zero;
-    scan.nonzero_pages = nat->scan_nonzero_pages;
+    scan.is_zero = native->scan_is_zero;
+    scan.nonzero_pages = native->scan_nonzero_pages;
     scan.variant = v;
     Py_RETURN_NONE;
 }
