@@ -23,14 +23,13 @@ from ._routines import BY_NAME, ROUTINES
 from ._units import KiB, MiB, format_size
 
 #: The unit of work while the speed of the memory is unknown: a job's first
-#: unit per thread when this process has not yet timed the routine, and the
-#: unit for memory not yet faulted in (which clears 50-100 times slower).
-#: Otherwise units are sized by time, to end by the slice deadline, so a long
-#: extent reaches the routine in as few calls as the slice allows (rep stosb
-#: on AMD streams only for long lengths).  Work of at most one unit on one
-#: thread is a single direct call (Thresholds.chunk and Plan.chunk keep the
-#: public name).  Linux clears huge pages in 32 MiB chunks
-#: between rescheduling points: cold, 32 MiB is ~80 ms at 0.4 GB/s.
+#: unit per thread before this process has timed the routine, and the unit
+#: for memory not yet faulted in, small enough that a cold one ends within a
+#: slice's order (as Linux clears huge pages in 32 MiB chunks between
+#: rescheduling points).  Otherwise units are sized by time.  Work of at most
+#: one unit on one thread is a single direct call (Thresholds.chunk and
+#: Plan.chunk keep the public name).
+#: The figures: docs/results.md, "The measurements behind the code's numbers".
 DEFAULT_UNIT = 32 * MiB
 
 #: glibc's rep_stosb_threshold (2.32+): below 2 KiB the start-up cost of
@@ -41,15 +40,12 @@ GLIBC_REP_STOSB_THRESHOLD = 2 * KiB
 #: core) than it gains.  Calibration measures it; this is the default.
 DEFAULT_THREAD_MIN = 64 * MiB
 
-#: Below this many bytes a clear keeps the GIL: at the slowest routine's
-#: ~10 GB/s in cache, 64 KiB is ~6 us (typically 2-3 us), the order of what
-#: giving the GIL up and taking it back costs when another thread wants it
-#: (a switch interval can be 5 ms).  Larger clears release it, so other
-#: Python threads run meanwhile.
+#: Below this many bytes a clear keeps the GIL: so short a clear costs about
+#: what giving the GIL up and taking it back does.  Larger clears release
+#: it, so other Python threads run meanwhile.
 GIL_RELEASE_MIN = 64 * KiB
 
-#: Streaming routines in order of preference: the widest store first
-#: (measured on Zen 4 at 1 GiB: AVX-512 79 GB/s, AVX2 ~, rep stosb 73).
+#: Streaming routines in order of preference: the widest store first.
 STREAMING_PREFERENCE = ("avx512_nt", "avx2_nt", "movnti")
 
 #: A threshold no size reaches: plan() and clear() take at most 2**56 bytes
@@ -60,11 +56,8 @@ NEVER = 1 << 62
 #: A clear of at least this many bytes first looks for pages never touched
 #: (private anonymous memory that is neither present nor swapped, which
 #: already reads as zero) and leaves them alone (csrc/core/untouched.c).
-#: Where a sample of four pages shows all in use, the look costs those four
-#: lookups, about 5 us: at most 2% of a 16 MiB clear of resident memory
-#: (0.25-0.5 ms at 30-60 GB/s) and 0.2% at 64 MiB.  Below it a clear of
-#: untouched memory costs little either way (with transparent huge pages, a
-#: few 2 MiB faults).
+#: From here the look costs a resident buffer at most a few percent of its
+#: clear; below it a clear of untouched memory costs little either way.
 UNTOUCHED_MIN = 16 * MiB
 
 Threads = Union[int, str]
@@ -175,33 +168,14 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
     return name in built and r.requires <= cpu.features
 
 
-#: The temporal / streaming crossover is set by the cold case.  A routine
-#: is judged by its worse case (the lower of its ratios to the best routine
-#: on warm and on cold buffers, see tools/profile.py), because only the program
-#: knows which it has.  A cold clear with ordinary stores pays a
-#: read-for-ownership per line from memory; streaming stores do not.
-#: Measured on Zen 3 (512 KiB L2; profiles/ and calibrate runs): temporal
-#: stores win that worse case at 4-8 KiB, 16 KiB is a tie whose winner
-#: changes from run to run (by up to 0.65 against 0.45 for streaming, 0.53
-#: against 0.35 the other way), and streaming wins 1.5-2x from 32 KiB up.
-#: On Intel Emerald Rapids (2 MiB L2) streaming wins at every size measured
-#: (4 MiB up).  So: a thirty-second of the L2 (Zen 3: 16 KiB; Emerald
-#: Rapids: 64 KiB), kept within NT_MIN_RANGE.
-#:
-#: Whole programs (``bench --programs``, a Zen 4 guest, L2 1 MiB, L3 32 MiB,
-#: adaptation off) do not overturn it.  At 16 KiB-4 MiB ordinary stores lose
-#: a cold page pool or wipe (clear only) 1.5-2.8x (0.36-0.65 of streaming);
-#: streaming loses a warm buffer that is used next 2-5x (0.21-0.45), and
-#: loses 1.2-2x a cold one used next.  No threshold wins both; the
-#: static choice keeps the side of the program that says nothing (a pool
-#: releasing pages), while a program that uses the buffer next has the
-#: hint for it (``hot=True``), and adaptive auto learns the rest: from
-#: 16 KiB it gives a buffer cleared lately and smaller than a quarter of the
-#: L3 ordinary stores without a clock (warm buffers want them at every size
-#: measured up to 16 MiB: 0.86-1.0 against 0.2-0.76), starts any other on
-#: ordinary stores too (memset's choice), and streams it only where paired
-#: comparisons of the program's own clears and what it does after them
-#: say so decisively (csrc/core/adapt.h).
+#: The temporal / streaming crossover is set by the cold case: a routine is
+#: judged by its worse case over warm and cold buffers (tools/profile.py),
+#: because only the program knows which it has, and a cold clear with
+#: ordinary stores pays a read-for-ownership per line.  That crossover sits
+#: at about a thirty-second of the L2, kept within NT_MIN_RANGE.  No
+#: threshold also wins a warm buffer used next: the program says so with
+#: ``hot=True``, and adaptive auto learns the rest (csrc/core/adapt.h).
+#: The figures: docs/results.md, "The measurements behind the code's numbers".
 NT_MIN_L2_DIVISOR = 32
 NT_MIN_RANGE = (16 * KiB, 1 * MiB)
 NT_MIN_UNKNOWN_L2 = 16 * KiB
@@ -209,10 +183,8 @@ NT_MIN_UNKNOWN_L2 = 16 * KiB
 #: hot=True, "I will use all of this next": ordinary stores for what can stay
 #: in the cache beside the program's other data, half the last-level cache,
 #: cleared last; streaming stores for the head before it, which the
-#: program's reads would find evicted anyway.  Measured on a Zen 4 guest
-#: (32 MiB L3) with pad and scratch programs: at 16 MiB ordinary stores over
-#: all of it win ~2x warm; at 64 MiB a 16 MiB hot tail, a 32 MiB one and
-#: streaming all of it tie within the noise.
+#: program's reads would find evicted anyway.
+#: The figures: docs/results.md, "The measurements behind the code's numbers".
 HOT_WHOLE_L3_DIVISOR = 2
 HOT_WHOLE_UNKNOWN_L3 = 4 * MiB
 
@@ -220,26 +192,16 @@ HOT_WHOLE_UNKNOWN_L3 = 4 * MiB
 #: last-level cache's worth of clears (the learner's "other" buffers): it is
 #: probably not in the cache, and an ordinary-store clear reads each of its
 #: lines from memory before it writes them, so a smaller tail is worth it:
-#: a quarter of the last-level cache.  Measured on a Zen 4 guest (32 MiB
-#: L3), pad and scratch, 16-128 MiB, 15 interleaved rounds: cold, a 16 MiB
-#: tail (hot_max) reached 0.91-0.98 of the best candidate, an 8 MiB one
-#: 0.97-1.00; warm at 64-128 MiB (never "recent": larger than the reuse
-#: window) 8 MiB 0.98-1.00 against 16 MiB's 1.00; warm at 16-32 MiB any
-#: streamed head costs 0.6-0.9, which is why a buffer cleared lately keeps
-#: hot_max.  Without adaptation nothing is known of a buffer's history, and
-#: hot_max holds for all.
+#: a quarter of the last-level cache.  Without adaptation nothing is known
+#: of a buffer's history, and hot_max holds for all.
+#: The figures: docs/results.md, "The measurements behind the code's numbers".
 HOT_OTHER_L3_DIVISOR = 4
 
-#: On AMD Zen with ERMS, rep stosb switches to streaming stores by itself
-#: for very long lengths, and then beats the vector streaming stores: at
-#: 1 GiB 0.97-0.99 of the best routine in both Zen 3 profiles, against
-#: 0.92-0.96 for avx2_nt (and 0.99 at 512 MiB, but 0.88-0.92 at 256 MiB).
-#: Only where each piece is that long: the microcode sees one extent.
-#: Not on Zen 4: there rep stosb streams by itself from about the L3 (cold
-#: 73 GB/s at 32 MiB, 31 at 16 MiB) but the vector streaming stores stay
-#: ahead at every length: at 512 MiB-1 GiB 76-77 GB/s against 86-87 for
-#: avx2_nt and avx512_nt alike (0.89 of the best; the Zen 4 profile), and
-#: 74-76 against 81-85 through clear() (family 25 model 17, a KVM guest).
+#: On AMD before Zen 4 with ERMS, rep stosb switches to streaming stores by
+#: itself for very long lengths and then beats the vector streaming stores;
+#: only where each piece is that long (the microcode sees one extent).  On
+#: Zen 4 the vector streaming stores stay ahead at every length.
+#: The figures: docs/results.md, "The measurements behind the code's numbers".
 LONG_REP_STOSB_L3_FACTOR = 16
 
 #: Zen 4's models in family 0x19 (Genoa, Raphael, Phoenix, Bergamo and
@@ -287,9 +249,7 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
     long_min, long = NEVER, ""
     if "erms" in cpu.features and usable("rep_stosb", cpu, built):
         temporal = "rep_stosb"
-        # glibc's rep_stosb_threshold.  On AMD too: measured on Zen 3 (FSRM),
-        # rep stosb ties or beats memset from 4 KiB, warm and cold
-        # (aocl-libmem keeps vector stores up to the L2).
+        # glibc's rep_stosb_threshold, on AMD too (measured: docs/results.md).
         vector_max = GLIBC_REP_STOSB_THRESHOLD
         why.append(("vector_max", "glibc's rep_stosb_threshold, 2 KiB"))
         why.append(("temporal", "rep_stosb: ERMS%s makes it the fastest temporal store"
@@ -341,22 +301,14 @@ ADAPT_FLOOR = 16 * KiB
 def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
     """th with the band of sizes where adaptive auto chooses by measurement.
 
-    The rule: from 16 KiB to 4x the last-level cache: wherever the temporal
-    and the streaming routine trade places.  Evidence, whole programs (a
-    clear and what the program does next; ``bench --programs``), AMD Zen 4
-    guest (L2 1 MiB, L3 32 MiB): at 16 KiB-256 KiB a buffer used again at
-    once runs 1.5-5x faster with ordinary stores (pad 64 KiB: streaming
-    0.30 of the best), while a pool of cold pages cleared and left alone
-    runs 1.5x faster streamed (16 KiB: ordinary stores 0.56-0.69); from the
-    L2 to the L3 the same with the sides 1.5-3x apart (and at 1 MiB and 8
-    MiB on Zen 3: ordinary stores ~52/47 GB/s warm, ~11/10 cold, streaming
-    ~35/34 both).  No threshold wins both; only the program's own clears
-    tell.  Above a few times the last-level cache no buffer can still be
-    cached, so streaming (or whatever the static policy says) stands.
-    Timing costs what sampling leaves of it (csrc/core/adapt.h: a recent
-    buffer below a quarter of the cache is never timed; once settled, one
-    timed pair per quarter of the cache's worth of clears, fewer where
-    clears are short).  An unknown last-level cache counts as 8 MiB.
+    The rule: from 16 KiB to 4x the last-level cache, wherever the temporal
+    and the streaming routine trade places (a buffer used again at once
+    wants ordinary stores, a pool of cold pages left alone wants streaming
+    ones, and only the program's own clears tell which it has).  Above a
+    few times the last-level cache no buffer can still be cached, so the
+    static policy stands.  Timing costs what sampling leaves of it
+    (csrc/core/adapt.h).  An unknown last-level cache counts as 8 MiB.
+    The figures: docs/results.md, "The measurements behind the code's numbers".
     """
     if th.temporal == th.streaming:
         return dataclasses.replace(th, adapt_min=0, adapt_max=0, why=th.why + (

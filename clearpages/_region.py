@@ -67,10 +67,9 @@ _POPULATE_SLICE = 256 * MiB
 
 #: populate(threads="auto") measures before it spreads the page faults: the
 #: first _PROBE bytes on one thread, the next _PROBE on several, and the rest
-#: on several only where they were at least _SPREAD_GAIN faster.  The
-#: kernel's fault path does not scale everywhere: on a 2-vCPU Zen 4 guest a
-#: 1 GiB THP populate took 110 ms on one thread and 99-106 ms on two, and
-#: 4 KiB pages 370-420 against 348-446 ms, so there one thread is kept.
+#: on several only where they were at least _SPREAD_GAIN faster: the
+#: kernel's fault path does not scale everywhere (docs/results.md, "The
+#: measurements behind the code's numbers").
 _PROBE = 32 * MiB
 _SPREAD_GAIN = 1.2
 #: The most threads populate spreads over (a fault-bound kernel path gains

@@ -39,8 +39,8 @@ from .._routines import BY_NAME
 HUGE = 2 << 20
 
 #: The competitors: what a Python user would write instead of clearpages.
-#: ctypes.memset is the C library's memset behind ctypes' call (~0.5-1 us of
-#: it per call); the C library's memset without that is the routine libc.
+#: ctypes.memset is the C library's memset behind ctypes' call; the C
+#: library's memset without that is the routine libc.
 MEMSET = "ctypes.memset"
 NUMPY_FILL = "numpy.fill"
 NUMPY_ASSIGN = "numpy[...]=0"

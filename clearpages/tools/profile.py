@@ -40,14 +40,12 @@ WITHIN_BEST = 0.9
 """auto's score at least this fraction of the best static choice's."""
 OVER_MEMSET_NEAR_L3 = 1.2
 """At 1-4x the L3, auto at least this many times memset, in each scenario;
-where no routine is (the C library's memset streams there itself: on a Zen 4
-guest at 128 MiB, 4x its L3, every routine is at most 1.11x it), at least
+where no routine is (the C library's memset streams there itself), at least
 what the best routine reaches."""
 NOISE = 0.05
-"""How far two medians of the same thing differ between runs: the two Zen 3
-profiles, same CPU and method, disagree by 5% and more at a size (and
-routines that are near ties swap places).  A choice within this of the goal
-is within the evidence's noise of it."""
+"""How far two medians of the same thing differ between runs (two profiles
+of one CPU disagree by this much at a size, and near ties swap places): a
+choice within this of the goal is within the evidence's noise of it."""
 
 METHOD_TEXT = (
     "GB/s = 1e9 bytes/s, median of {repeat} interleaved rounds. Each routine is called "

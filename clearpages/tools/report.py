@@ -182,10 +182,10 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
                progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """Measure; the dict that ``bench --json`` writes (also the table and plot).
 
-    Each result is one candidate at one size in one scenario; ``best`` marks
-    Routines run as ``clear(view, method=name)``, with the per-call path
-    ``auto`` has too, unless ``direct`` (one cffi call each, as profiles do).
-    ``best`` marks the fastest candidate of its (size, scenario), ``plan`` the routine auto
+    Each result is one candidate at one size in one scenario.  Routines run
+    as ``clear(view, method=name)``, with the per-call path ``auto`` has too,
+    unless ``direct`` (one cffi call each, as profiles do).  ``best`` marks
+    the fastest candidate of its (size, scenario), ``plan`` the routine auto
     plans, ``score`` the candidate's worse ratio to the best over the
     scenarios measured at that size (the rule calibrate decides by).  Each
     entry of ``goals`` judges auto at one size as the replay judges a

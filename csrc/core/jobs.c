@@ -411,12 +411,12 @@ static char *address_of(const struct cp_job *job, size_t pos)
 }
 
 /* Memory the kernel has not yet given a page clears 50-100 times slower
- * than resident memory (a fault per 4 KiB page: 0.3-0.6 GB/s against
- * 20-30 GB/s, measured in a KVM guest): a unit sized by time from a warm
- * measurement would overrun its slice by seconds there.  So a unit longer
- * than job->unit is first sampled, one page per RESIDENT_STRIDE (4 MiB: ~0.1 ms a GiB), with
- * mincore(); where any sample is not resident it stays at job->unit.
- * Where mincore cannot say (not a mapping it knows), assume cold. */
+ * than resident memory (a fault per page; docs/results.md has the
+ * figures): a unit sized by time from a warm measurement would overrun its
+ * slice by seconds there.  So a unit longer than job->unit is first
+ * sampled with mincore(), one page per RESIDENT_STRIDE; where any sample is
+ * not resident it stays at job->unit.  Where mincore cannot say (not a
+ * mapping it knows), assume cold. */
 #define RESIDENT_STRIDE (4u << 20)
 
 static int resident(const struct cp_job *job, size_t lo, size_t hi)

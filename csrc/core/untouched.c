@@ -19,14 +19,11 @@
  * Anything unexpected (no /proc, a parse error, no memory) ends the check
  * and the work is cleared whole, as it would be without it.
  *
- * The full check's cost: smaps gathers its figures by walking the page
- * tables of every mapping it prints, so reading it up to the work costs
- * about 13 ms per GiB of 4 KiB pages mapped below the work's end (much
- * less for huge pages), and the work's own page tables are scanned once
- * more; 0.2-0.4 ms in a Python process with numpy and a 1 GiB array.  It
- * is paid only where a sampled page was never touched, that is where
- * faulting in the untouched pages would cost far more (a fault per page:
- * 0.3-0.6 GB/s).
+ * The full check's cost: smaps walks the page tables of every mapping it
+ * prints, so reading it grows with the memory mapped below the work's end.
+ * It is paid only where a sampled page was never touched, that is where
+ * faulting in the untouched pages would cost far more (docs/results.md
+ * has the figures).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -13,12 +13,12 @@
 
 #include "fast.h"
 
-/* Scans of at least this many bytes release the GIL.  Below it the scan
- * itself is short (1 MiB in cache: ~10 us) and the release and reacquire
- * would be a measurable part of it. */
+/* Scans of at least this many bytes release the GIL.  Below it the scan is
+ * short and the release and reacquire would be a measurable part of it
+ * (docs/results.md has the figures). */
 #define SCAN_GIL_MIN (1u << 20)
 /* Between two slices of a long scan the caller looks for signals (Ctrl-C):
- * 256 MiB per thread is 10-20 ms from memory. */
+ * a slice this long ends within tens of milliseconds from memory. */
 #define SCAN_SLICE (256u << 20)
 
 static struct scan {
