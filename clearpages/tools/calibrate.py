@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, TypeVar
 
 from .. import _core, _dispatch, _system
 from .._native import lib
@@ -85,6 +85,27 @@ def _common(data: Table, methods: Sequence[str]) -> list[str]:
             if all(m in row for cases in data.values() for row in cases.values())]
 
 
+T = TypeVar("T")
+#: A candidate of a search: (what it is, its score or None where it scores
+#: below the baseline somewhere, how many fields it changes, how far it
+#: moves them).
+Candidate = tuple[T, Optional[float], int, float]
+
+
+def _best(candidates: Iterable[Candidate[T]]) -> T | None:
+    """The best candidate by score, then the fewest changes, then the
+    nearest to the baseline (the first seen of a tie); None when none
+    qualifies."""
+    best: tuple[tuple[float, int, float], T] | None = None
+    for what, score, changed, distance in candidates:
+        if score is None:
+            continue
+        key = (round(score, 9), -changed, -distance)
+        if best is None or key > best[0]:
+            best = (key, what)
+    return None if best is None else best[1]
+
+
 def select_routines(cpu: Any, default: Thresholds, data: Table,
                     methods: Sequence[str], floor: float = 0.03) -> Thresholds:
     """The thresholds (vector_max, temporal, nt_min, streaming, then long_min
@@ -108,23 +129,20 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     roles = {(v, n): {s: plan(cpu, dataclasses.replace(
         no_long, vector_max=v, nt_min=n, temporal=tags[0], streaming=tags[1]), s).method
         for s in sizes} for v in vmaxes for n in ntmins}
-    best: tuple[Any, ...] | None = None
-    for t in temporals:
-        for st in streamings:
-            fill = {tags[0]: t, tags[1]: st}
-            for (v, n), role in roles.items():
-                pick = {s: fill.get(r, r) for s, r in role.items()}
-                score = scored.judge(pick, base, floor)
-                if score is None:
-                    continue
-                changed = ((t != default.temporal) + (st != default.streaming)
-                           + (v != default.vector_max) + (n != default.nt_min))
-                key = (round(score, 9), -changed,
-                       -_distance(v, default.vector_max) - _distance(n, default.nt_min))
-                if best is None or key > best[0]:
-                    best = (key, (t, st, v, n))
+    def routine_candidates() -> Iterator[Candidate[tuple[str, str, int, int]]]:
+        for t in temporals:
+            for st in streamings:
+                fill = {tags[0]: t, tags[1]: st}
+                for (v, n), role in roles.items():
+                    pick = {s: fill.get(r, r) for s, r in role.items()}
+                    yield ((t, st, v, n), scored.judge(pick, base, floor),
+                           (t != default.temporal) + (st != default.streaming)
+                           + (v != default.vector_max) + (n != default.nt_min),
+                           _distance(v, default.vector_max) + _distance(n, default.nt_min))
+
+    best = _best(routine_candidates())
     assert best is not None     # the default itself always qualifies
-    t, st, v, n = best[1]
+    t, st, v, n = best
     chosen = dataclasses.replace(default, vector_max=v, temporal=t, nt_min=n, streaming=st)
 
     # long: one routine for very long single extents, from a size up.
@@ -132,19 +150,15 @@ def select_routines(cpu: Any, default: Thresholds, data: Table,
     longs = [("", NEVER)] + [(m, s) for m in temporals for s in sizes if s >= n]
     if default.long:
         longs.append((default.long, default.long_min))
-    best_long: tuple[Any, ...] | None = None
-    for name, lmin in longs:
-        cand = dataclasses.replace(chosen, long=name, long_min=lmin)
-        score = scored.judge({s: plan(cpu, cand, s).method for s in sizes}, base, floor)
-        if score is None:
-            continue
-        changed = (name != default.long) + (lmin != default.long_min)
-        key = (round(score, 9), -changed, -_distance(lmin, default.long_min))
-        if best_long is None or key > best_long[0]:
-            best_long = (key, cand)
+    best_long = _best(
+        (cand, scored.judge({s: plan(cpu, cand, s).method for s in sizes}, base, floor),
+         (cand.long != default.long) + (cand.long_min != default.long_min),
+         _distance(cand.long_min, default.long_min))
+        for cand in (dataclasses.replace(chosen, long=name, long_min=lmin)
+                     for name, lmin in longs))
     # None: the first stage's choice loses to the default's long rule
     # somewhere and no long rule makes up for it; keep the default.
-    return best_long[1] if best_long is not None else default
+    return best_long if best_long is not None else default
 
 
 def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any]],
@@ -164,19 +178,15 @@ def select_threads(cpu: Any, th: Thresholds, data: Mapping[int, Mapping[str, Any
 
     base = chooser(th)
     scored = _Scored(table)
-    best: tuple[tuple[Any, ...], Thresholds] | None = None
-    for most in sorted({th.max_threads, 1} | set(counts)):
-        for tmin in sorted({th.thread_min} | set(sizes)):
-            cand = dataclasses.replace(th, thread_min=tmin, max_threads=most)
-            score = scored.judge(chooser(cand), base, floor)
-            if score is None:
-                continue
-            changed = (tmin != th.thread_min) + (most != th.max_threads)
-            key = (round(score, 9), -changed, -_distance(tmin, th.thread_min))
-            if best is None or key > best[0]:
-                best = (key, cand)
-    assert best is not None
-    return best[1]
+    best = _best(
+        (cand, scored.judge(chooser(cand), base, floor),
+         (cand.thread_min != th.thread_min) + (cand.max_threads != th.max_threads),
+         _distance(cand.thread_min, th.thread_min))
+        for cand in (dataclasses.replace(th, thread_min=tmin, max_threads=most)
+                     for most in sorted({th.max_threads, 1} | set(counts))
+                     for tmin in sorted({th.thread_min} | set(sizes))))
+    assert best is not None     # th itself always qualifies
+    return best
 
 
 # ---- the reasons -------------------------------------------------------------
