@@ -78,7 +78,7 @@ def test_the_check_sees_a_rule():
 
 _OP = r"(?<![-<>])(?:<=?|>=?)(?![<>])"
 _FIELD = r"(?:\w+(?:\.|->))*(?:%s)\b" % "|".join(sorted(THRESHOLDS))
-#: A comparison with a threshold field: `n >= p->nt_min`, `cfg.policy.hot_max < n`.
+#: A comparison with a threshold field: `n >= p->nt_min`, `config.policy.hot_max < n`.
 C_RULE = re.compile(r"%s\s*%s|%s\s*%s" % (_OP, _FIELD, _FIELD, _OP))
 
 
@@ -94,7 +94,7 @@ def test_no_c_file_but_the_policy_states_a_rule(path):
 
 
 def test_the_c_check_sees_a_rule():
-    for line in ("if (n <= cfg.policy.hot_max_other)", "x = p->nt_min > n;",
+    for line in ("if (n <= config.policy.hot_max_other)", "x = p->nt_min > n;",
                  "return n>=config.policy.untouched_min;"):
         assert C_RULE.search(line), line
     for line in ("d->nt_min = 1;", "p->vector_max = v;", "x = a >> nt_min_shift;"):
