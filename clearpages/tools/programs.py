@@ -528,11 +528,11 @@ def report(res: Result, out: Any) -> None:
         "cold: a different buffer each step, walking a %s pool"
         % (res.settings["rounds"], format_size(res.settings["cold_pool"])), out)
     head, rows = table_rows(res)
-    # Where the terminal is narrow the words' columns go first (the goals
+    # Where the terminal is narrow the hints' columns go first (the goals
     # below judge hot=True), then the best candidates' names.
-    words = [i for i, h in enumerate(head) if "hot=" in h]
+    hints = [i for i, h in enumerate(head) if "hot=" in h]
     best = [i for i, h in enumerate(head) if h.endswith(" best")]
-    table(rows, head, out, optional=words + best)
+    table(rows, head, out, optional=hints + best)
     if res.mixed:
         print(file=out)
         say("mixed: a hot scratch buffer (cleared, written, summed) and a cold pool page "
