@@ -242,9 +242,15 @@ def test_bench_one_scenario(tmp_path):
 
 
 def test_bench_scan_alone(tmp_path):
-    rc, out = call("bench", "--scan", "--sizes", "64K", *TINY)
+    rc, out = call("bench", "--scan", "--sizes", "64K", *TINY, "--wide")
     assert rc == 0
     assert "zero scan" in out and "is_zero" in out and "early exit: 64 KiB" in out
+    # Beside a clear of the same buffer: whether checking first pays.
+    assert "clear GB/s" in out and "is_zero / clear" in out
+    rc, js = call("bench", "--scan", "--sizes", "64K", *TINY, "--json", "-")
+    for row in json.loads(js)["rows"]:
+        assert row["clear_gbps"] > 0
+        assert row["over_clear"] == pytest.approx(row["is_zero_gbps"] / row["clear_gbps"])
     assert "x libc" not in out                      # no clear table
     rc, _ = call("bench", "--scan", "--methods", "libc", *TINY)
     assert rc == 2

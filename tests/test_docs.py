@@ -164,3 +164,13 @@ def test_one_word_for_the_stores_that_bypass_the_cache(readme):
     assert text.index("read-for-ownership") == text.index(said) + len(said) - 19
     assert "non-temporal" not in " ".join(r.summary for r in ROUTINES)
     assert "non-temporal" not in cp.plan(1 << 30).reason
+
+
+def test_the_readme_says_when_checking_first_pays(readme):
+    """On memory in use a scan is slower than a clear here: the README must
+    not say that reading is cheaper, and says when checking first pays."""
+    text = " ".join(readme.split())
+    assert "Reading is cheaper than writing" not in text
+    assert "**When checking first pays.**" in text
+    for case in ("never touched", "copy-on-write", "bench --scan"):
+        assert case in text.split("**When checking first pays.**", 1)[1][:1500], case
