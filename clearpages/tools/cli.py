@@ -605,7 +605,7 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
         description="How fast every routine this machine runs, auto, the C library's "
                     "memset behind ctypes (ctypes.memset) and numpy clear here, side by "
                     "side, on warm and on cold buffers, one thread; then auto judged "
-                    "against its goals, and the zero scan (about two minutes; a bar on "
+                    "against its goals, and the zero scan (two to three minutes; a bar on "
                     "stderr says the time left).  --profile writes this machine's profile "
                     "instead.")
     b.add_argument("--quick", action="store_true",
