@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from .._cpu import CPU
 from .._policy import NEVER
 from .._units import format_size
-from .profile import MISSED, UNMEASURED
+from .measure import MISS, UNMEASURED
 
 SCENARIOS = ("warm", "cold")
 
@@ -258,28 +258,28 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     goals = data.get("goals") or []
     if goals:
         print(file=out)
-        say("auto judged by its worse case, scored as above. Goals: at least 0.90 of the "
-            "best routine's score, at least the best score of memset, ctypes.memset and "
-            "numpy.fill (rival), and 1.2x memset at 1-4x the L3 (x libc at L3), each met "
-            "within 5%. spread: the interquartile range of auto's ratios to those, repeat "
-            "by repeat; where it reaches past a goal as far as auto is from it, the "
-            "repeats cannot tell, and the verdict is unmeasured.", out)
+        say("auto judged by its worse case, scored as above, against three goals: at least "
+            "0.90 of the best routine's score; at least the rival score, the best of "
+            "libc's, ctypes.memset's and numpy.fill's; and 1.2x libc at 1-4x the L3. Each "
+            "is judged on its figure in every repeat: the median decides, and where the "
+            "repeats spread past the goal as far as the median is from it, on both sides, "
+            "they cannot tell, and the verdict is 'unmeasured, retake'. The verdict names "
+            "the goal that decided it: one missed, else one unmeasured, else the nearest "
+            "met.", out)
 
         def f(x: float | None) -> str:
             return "-" if x is None else "%.2f" % x
         table([(format_size(g["size"]), f(g["auto_score"]), g["best"], f(g["best_score"]),
-                f(g["rival_score"]), f(g["near_l3_ratio"]),
-                "%.0f%%" % (100 * g.get("noise", 0.0)), g["verdict"])
+                f(g["rival_score"]), f(g["near_l3_ratio"]), g["verdict"])
                for g in goals],
               ("size", "auto score", "best routine", "its score", "rival score",
-               "x libc at L3", "spread", "verdict"), out, right=(1, 3, 4, 5, 6),
-              optional=(5, 4, 3))
+               "x libc at L3", "verdict"), out, right=(1, 3, 4, 5), optional=(5, 4, 3))
         outcomes = {g.get("outcome") for g in goals}
         if UNMEASURED in outcomes:
             say("unmeasured: the repeats spread too wide to tell; retake with more samples "
                 "(--repeat 31) when the machine is quieter", out)
-        if MISSED in outcomes:
-            say("missed: short of the goal named; run `python -m clearpages calibrate` "
+        if MISS in outcomes:
+            say("miss: short of the goal named; run `python -m clearpages calibrate` "
                 "(auto then starts from this machine's own crossovers), bench again, "
                 "and if a miss stays, report it with this table and "
                 "`python -m clearpages info`", out)
@@ -349,6 +349,6 @@ def print_replay(verdicts: Sequence[Any], label: str, out: TextIO) -> None:
     table([(format_size(v.size), v.choice, "%.2f" % v.score if v.score is not None else "-",
             v.best, "%.2f" % v.best_score,
             "%.2f" % v.memset_score if v.memset_score is not None else "-",
-            v.outcome()[1]) for v in verdicts],
+            v.text()) for v in verdicts],
           ("size", "auto", "score", "best static", "score", "best rival", "verdict"), out,
           right=(2, 4, 5), optional=(5, 4))

@@ -192,38 +192,38 @@ class Verdict:
             goal = min(goal, self.near_l3_best)
         return self.near_l3_ratio >= goal * slack
 
-    def goals(self) -> list[tuple[str, float, float]]:
-        """(name, figure, least) for each goal this verdict tests: the figure
-        it is judged on, named, and the least figure that meets it."""
+    def goals(self) -> list[tuple[str, str, float, float]]:
+        """(goal, reference, figure, least) for each goal this verdict
+        tests: its key ("best", "rival", "near_l3"), what the choice is
+        measured against, its figure, and the least figure that meets it."""
         if self.score is None:
             return []
-        out = [("of best (%s)" % self.best, self.score / self.best_score, WITHIN_BEST)]
+        out = [("best", "the best routine's score (%s)" % self.best,
+                self.score / self.best_score, WITHIN_BEST)]
         if self.memset_score is not None:
-            out.append(("of rival", self.score / self.memset_score, 1.0))
+            out.append(("rival", "the rival score", self.score / self.memset_score, 1.0))
         if self.near_l3_ratio is not None:
             goal = OVER_MEMSET_NEAR_L3
             if self.near_l3_best is not None:
                 goal = min(goal, self.near_l3_best)
-            out.append(("x libc at L3", self.near_l3_ratio, goal))
+            out.append(("near_l3", "libc at 1-4x the L3", self.near_l3_ratio, goal))
         return out
 
-    def outcome(self, spread: float = 0.0) -> tuple[str, str]:
-        """(outcome, verdict): MET, MISSED or UNMEASURED (``judge_figure``),
-        and in words with the goal that decided it and its figure: a goal
-        missed, else one the spread cannot tell, else the nearest one met
-        ("missed: 0.81 of best (avx2_nt), goal 0.90")."""
-        judged = [(judge_figure(fig, least, spread), name, fig, least)
-                  for name, fig, least in self.goals()]
+    def text(self) -> str:
+        """The verdict in the words of the package's rule (measure.OK or
+        MISS; a profile holds medians alone, so NOISE stands for the
+        spread), naming the goal that decided it: a goal missed, else the
+        nearest one met ("auto 0.81 of the best routine's score (avx2_nt)
+        (goal 0.90): miss")."""
+        judged = [(fig >= goal * (1 - NOISE), ref, fig, goal)
+                  for _, ref, fig, goal in self.goals()]
         if not judged:
-            return MET, "%s: %s not measured" % (MET, self.choice)
-        for kind in (MISSED, UNMEASURED, MET):
-            hit = [j for j in judged if j[0] == kind]
-            if hit:
-                _, name, fig, least = min(hit, key=lambda j: j[2] / j[3])
-                return kind, "%s%s: %.2f%s, goal %.2f" % (
-                    kind, " (spread %.0f%%)" % (100 * spread) if kind == UNMEASURED else "",
-                    fig, name if name.startswith("x") else " " + name, least)
-        raise AssertionError(judged)
+            return "%s not measured in this profile" % self.choice
+        met, ref, fig, goal = min(judged, key=lambda j: (j[0], j[2] / j[3]))
+        return "%s %.2f of %s (goal %.2f): %s" % (
+            self.choice, fig, ref, goal,
+            "miss" if not met else "ok" if fig >= goal else "ok, within the %.0f%% noise"
+            % (100 * NOISE))
 
     def why(self) -> str:
         if self.score is None:
@@ -237,23 +237,6 @@ class Verdict:
             if self.near_l3_best is not None and self.near_l3_best < OVER_MEMSET_NEAR_L3:
                 parts.append("no routine above %.2fx (memset streams there)" % self.near_l3_best)
         return ", ".join(parts)
-
-
-MET = "met"
-MISSED = "missed"
-UNMEASURED = "unmeasured, retake"
-
-
-def judge_figure(figure: float, least: float, spread: float = 0.0) -> str:
-    """One goal: MET when the figure reaches ``least`` within the NOISE
-    allowance, else MISSED; UNMEASURED, whatever the figure, when its
-    spread (the interquartile range of its repeats, relative to it) reaches
-    past the goal as far as the figure is from it on both sides: the
-    repeats cannot tell met from missed, and a retake must."""
-    reach = max(abs(figure / least - 1), 0.01)
-    if spread / 2 > reach:
-        return UNMEASURED
-    return MET if figure >= least * (1 - NOISE) else MISSED
 
 
 def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,

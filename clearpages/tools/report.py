@@ -3,7 +3,7 @@ profiles.  ``cli`` parses arguments and prints; ``output`` renders."""
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -154,26 +154,43 @@ def cap_sizes(sizes: Sequence[int]) -> list[int]:
     return [s for s in sizes if s <= cap] or list(sizes[:1])
 
 
-def spread_of(cases: _measure.Cases, best: str) -> float:
-    """The noise of a goal's ratios at one size: over the scenarios, the
-    interquartile range, relative to its median, of auto's ratio to the best
-    static routine and to memset, repeat by repeat (the candidates of a
-    repeat run back to back, so a change of the machine's load lands on
-    both)."""
-    spreads = [0.0]
-    for row in cases.values():
-        auto = row.get(_measure.AUTO)
-        if auto is None:
-            continue
-        for ref in (best, _measure.MEMSET):
-            if ref not in row or ref == _measure.AUTO:
-                continue
-            ratios = sorted(r / a for a, r in zip(auto.samples, row[ref].samples) if a > 0)
-            if len(ratios) >= 4:
-                q = statistics.quantiles(ratios, n=4, method="inclusive")
-                mid = statistics.median(ratios)
-                spreads.append((q[2] - q[0]) / mid if mid > 0 else 0.0)
-    return max(spreads)
+def judge_goals(cases: _measure.Cases, near_l3: bool,
+                rivals: Sequence[str]) -> tuple[Any, list[_measure.GoalVerdict]]:
+    """auto at one size judged by the package's one rule
+    (``measure.judge_rounds``): the median verdict of the table
+    (``profile.judge``), and for each of its goals the verdict on the
+    figures of each repeat (the candidates of a repeat run back to back, so
+    a change of the machine's load lands on all of them alike)."""
+    medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
+    v = _profile.judge(medians, _measure.AUTO, near_l3=near_l3, rivals=rivals)
+    rounds = min(len(m.samples) for row in cases.values() for m in row.values())
+    figures: list[list[float]] = [[] for _ in v.goals()]
+    for r in range(rounds):
+        table = {sc: {n: m.gbps(m.samples[r]) for n, m in row.items()}
+                 for sc, row in cases.items()}
+        here = _profile.judge(table, _measure.AUTO, near_l3=near_l3, rivals=rivals)
+        every = _profile.scores(table, against=ALL_METHODS)
+        # The median verdict's goals, against its best routine, in this repeat.
+        for k, (key, _, _, _) in enumerate(v.goals()):
+            if key == "best":
+                fig = (here.score or 0.0) / every[v.best] if every.get(v.best) else math.nan
+            elif key == "rival":
+                fig = (here.score or 0.0) / here.memset_score if here.memset_score else math.nan
+            else:
+                fig = here.near_l3_ratio if here.near_l3_ratio is not None else math.nan
+            figures[k].append(fig)
+    return v, [_measure.judge_rounds(figs, least, _measure.AUTO, ref)
+               for (_, ref, _, least), figs in zip(v.goals(), figures)]
+
+
+def deciding(verdicts: Sequence[_measure.GoalVerdict]) -> _measure.GoalVerdict | None:
+    """The verdict that decides a row: a goal missed, else one the rounds
+    cannot tell, else the nearest one met."""
+    for outcome in (_measure.MISS, _measure.UNMEASURED, _measure.OK):
+        hit = [v for v in verdicts if v.outcome == outcome]
+        if hit:
+            return min(hit, key=lambda v: v.ratio / v.goal if v.goal else v.ratio)
+    return None
 
 
 def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
@@ -211,16 +228,17 @@ def bench_data(sizes: Sequence[int], names: Sequence[str] | None = None, *,
     cpu = _core.cpu()
     for size, cases in zip(sizes, rows):
         if _measure.AUTO in names and any(n in _core.methods() for n in names):
-            v = _profile.judge({sc: {n: m.median for n, m in row.items()}
-                                for sc, row in cases.items()}, _measure.AUTO,
-                               near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3,
-                               rivals=[n for n in _measure.COMPETITORS if n in names])
-            noise = spread_of(cases, v.best)
-            outcome, words = v.outcome(noise)
+            v, verdicts = judge_goals(
+                cases, near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3,
+                rivals=[n for n in _measure.COMPETITORS if n in names])
+            top = deciding(verdicts)
+            outcome = top.outcome if top else _measure.OK
             goals.append({"size": size, "auto_score": v.score, "best": v.best,
                           "best_score": v.best_score, "rival_score": v.memset_score,
-                          "near_l3_ratio": v.near_l3_ratio, "ok": outcome == _profile.MET,
-                          "noise": noise, "outcome": outcome, "verdict": words})
+                          "near_l3_ratio": v.near_l3_ratio, "ok": outcome == _measure.OK,
+                          "outcome": outcome,
+                          "verdict": top.text() if top else v.text(),
+                          "verdicts": [x.to_json() for x in verdicts]})
         planned = _core.plan(size, threads=1).method
         medians = {sc: {n: m.median for n, m in row.items()} for sc, row in cases.items()}
         # One rule for both tables: every row, auto and the competitors too,
