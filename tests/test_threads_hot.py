@@ -274,8 +274,8 @@ def test_hot_true_keeps_a_shorter_tail_of_a_buffer_not_cleared_lately():
     Cleared again at once, it is warm: the last hot_max."""
     th = cp.thresholds()
     n = min(th.hot_max, 24 * MiB)
-    _adapting_with_two_tails(n)
     cp.reload_config()          # the learner forgets: nothing was cleared lately
+    _adapting_with_two_tails(n)     # (asked after: a reload reads CLEARPAGES_ADAPT again)
     buf = bytearray(b"\x05" * n)
     first = _ran(lambda: cp.clear(buf, hot=True))
     assert not any(buf)
