@@ -72,8 +72,9 @@ if TYPE_CHECKING:
 
     def clear_pages(buf: Any, pages: Any, page_size: int | str | None = None, *,
                     method: Method = "auto", threads: Threads = 1) -> None:
-        """Zero the listed pages of one buffer (page_size: 4096, or a
-        Region's own; method="discard" hands a Region's pages back)."""
+        """Zero the listed pages of one buffer, or of a contiguous tensor in
+        CPU memory through DLPack (page_size: 4096, or a Region's own;
+        method="discard" hands a Region's pages back)."""
 else:
     clear = _fast.clear
     clear_many = _fast.clear_many
@@ -397,7 +398,7 @@ def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: 
         _discarder(buf, "_clearpages_discard_pages", threads)(pages, page_size)
         return
     page_size = _check_page_size(page_size)
-    if err is not None:
+    if err is not None and not _is_tensor(buf):
         _refuse(buf, err)
         raise ValueError("clear_pages needs a contiguous buffer; this one is strided")
     idx = _page_indices(pages)

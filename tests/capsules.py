@@ -56,6 +56,9 @@ _capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 capsule_name = ctypes.pythonapi.PyCapsule_GetName
 capsule_name.restype = ctypes.c_char_p
 capsule_name.argtypes = [ctypes.py_object]
+capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
+capsule_set_name.restype = ctypes.c_int
+capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 #: The producers whose tensors are alive, by the address of their managed
 #: tensor: the deleter and the destructor below are made once and live as
@@ -86,12 +89,14 @@ class Producer:
     data: an address (int; 0 for NULL) or a ctypes object whose address is
     taken (and kept alive).  strides None: no strides array (C order).
     version None: an unversioned (pre-1.0) capsule, else (major, minor).
-    deleted counts the deleter's calls, exports the capsules handed over;
-    capsule is the last one.
+    ndim: the field as given (default: the shape's length); deleter False: a
+    NULL deleter.  deleted counts the deleter's calls, exports the capsules
+    handed over; capsule is the last one where keep is set.
     """
 
     def __init__(self, data, shape, strides=None, *, code=1, bits=8, lanes=1, device=1,
-                 device_id=0, byte_offset=0, version=(1, 0), flags=0):
+                 device_id=0, byte_offset=0, version=(1, 0), flags=0, ndim=None,
+                 deleter=True, keep=False):
         self.keep = data
         address = data if isinstance(data, int) else ctypes.addressof(data)
         self.shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
@@ -100,21 +105,25 @@ class Producer:
         self.deleted = 0
         self.exports = 0
         self.capsule = None
-        t = DLTensor(address or None, device, device_id, len(shape), code, bits, lanes,
-                     self.shape, self.strides, byte_offset)
+        self.keep_capsule = keep
+        t = DLTensor(address or None, device, device_id, len(shape) if ndim is None else ndim,
+                     code, bits, lanes, self.shape, self.strides, byte_offset)
+        fn = _deleter if deleter else DELETER()
         if version is None:
-            self.m = Legacy(t, None, _deleter)
+            self.m = Legacy(t, None, fn)
             self.name = b"dltensor"
         else:
-            self.m = Versioned(version[0], version[1], None, _deleter, flags, t)
+            self.m = Versioned(version[0], version[1], None, fn, flags, t)
             self.name = b"dltensor_versioned"
         _live[ctypes.addressof(self.m)] = self
 
     def __dlpack__(self, **kw):
         self.exports += 1
-        self.capsule = _new_capsule(ctypes.addressof(self.m), self.name,
-                                    ctypes.cast(_destructor, ctypes.c_void_p))
-        return self.capsule
+        capsule = _new_capsule(ctypes.addressof(self.m), self.name,
+                               ctypes.cast(_destructor, ctypes.c_void_p))
+        if self.keep_capsule:
+            self.capsule = capsule
+        return capsule
 
     def __dlpack_device__(self):
         return (self.m.dl_tensor.device_type, self.m.dl_tensor.device_id)
@@ -155,6 +164,10 @@ class Fenced:
 
     def fill(self, value: int) -> None:
         ctypes.memset(self.first, value, self.inner)
+
+    def write(self, data: bytes) -> None:
+        """Every accessible byte, from the first page's start."""
+        ctypes.memmove(self.first, data, min(len(data), self.inner))
 
     def close(self) -> None:
         if self.base:

@@ -163,7 +163,7 @@ def HandMade(buf, *, device=1, major=1, bits=8, lanes=1, flags=0):
     """A capsule of the bytes of a ctypes array, saying what the test wants."""
     n = len(buf) * 8 // (bits * lanes) if bits * lanes else 1
     return Producer(buf, (n,), (1,), device=device, version=(major, 0), bits=bits,
-                    lanes=lanes, flags=flags)
+                    lanes=lanes, flags=flags, keep=True)
 
 
 def test_the_capsule_is_taken_and_its_deleter_called_once():
@@ -354,6 +354,43 @@ def test_clear_many_releases_every_export_once():
     assert [h.deleted for h in made] == [1, 1, 0]     # the third was never asked
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float16", "float32", "int64",
+                                   "complex128", "bool"])
+def test_clear_pages_of_a_tensor(dtype):
+    """Pages count bytes of page_size from the tensor's first byte, as for
+    a buffer; whatever nonzero_pages finds, clear_pages clears."""
+    a = np.zeros(30000 // np.dtype(dtype).itemsize, dtype)
+    raw = a.view(np.uint8)
+    raw[[0, 4096 * 2 + 7, len(raw) - 1]] = 1
+    t = OnlyDLPack(a)
+    pages = cp.nonzero_pages(t)
+    assert list(pages) == [0, 2, (len(raw) - 1) // 4096]
+    cp.clear_pages(t, pages)
+    assert not raw.any()
+    raw[:] = 1
+    cp.clear_pages(OnlyDLPack(a), [1], page_size="1k")      # the words Python reads
+    assert not raw[1024:2048].any() and raw[:1024].all() and raw[2048:].all()
+    cp.clear_pages(OnlyDLPack(a), np.array([2], np.uint64), page_size=1000)
+    assert not raw[2000:3000].any() and raw[3000:].all()
+    with pytest.raises(cp.PageIndexError, match="outside the buffer"):
+        cp.clear_pages(OnlyDLPack(a), [len(raw) // 4096 + 1])
+    with pytest.raises(ValueError, match="contiguous tensor; this one is strided"):
+        cp.clear_pages(OnlyDLPack(a[: len(a) // 10 * 10].reshape(-1, 10)[:, :5]), [0])
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear_pages(OnlyDLPack(_read_only(a)), [0])
+    with pytest.raises(ValueError, match="unknown method"):
+        cp.clear_pages(OnlyDLPack(a), [0], method="fast")
+    assert raw[3000:].all()
+
+
+def test_clear_pages_of_a_broadcast_tensor_is_its_storage():
+    x = np.arange(1, 9, dtype=np.uint8)
+    t = OnlyDLPack(np.lib.stride_tricks.as_strided(x, (1 << 40, 8), (0, 1)))
+    assert list(cp.nonzero_pages(t, page_size=4)) == [0, 1]
+    cp.clear_pages(t, [1], page_size=4)
+    assert x.tolist() == [1, 2, 3, 4, 0, 0, 0, 0]
+
+
 def test_nonzero_pages_of_a_tensor():
     a = np.zeros(20000, np.float32)
     a[[5, 3000, 3001, 19999]] = 1
@@ -404,19 +441,150 @@ def test_torch_views_are_honoured(torch, view):
     assert torch.equal(t, expect)
 
 
-def test_a_tensor_that_requires_grad_follows_torch(torch):
+# torch's rules for an in-place write, each checked against t.zero_() on a
+# twin of the same tensor: (make the tensor and the leaf behind it, the
+# mode the write is made in).
+
+
+def _leaf(torch, **kw):
+    w = torch.ones(6, **kw)
+    return w, w
+
+
+def _parameter(torch):
+    p = torch.nn.Parameter(torch.ones(6))
+    return p, p
+
+
+def _result(torch):
+    w = torch.ones(6, requires_grad=True)
+    return w * 2, w                     # not a leaf; requires grad
+
+
+def _computed(torch):
+    x = torch.ones(6)
+    return x * 2, None                  # computed, no grad: a leaf to autograd
+
+
+def _view_of_leaf(torch):
+    w = torch.ones(6, requires_grad=True)
+    return w[1:], w
+
+
+def _view_of_result(torch):
+    w = torch.ones(6, requires_grad=True)
+    return (w * 2)[1:], w
+
+
+def _inference(torch):
+    with torch.inference_mode():
+        return torch.ones(6), None
+
+
+TORCH_RULES = {
+    "leaf without grad": (lambda torch: _leaf(torch), "grad"),
+    "leaf with grad": (lambda torch: _leaf(torch, requires_grad=True), "grad"),
+    "leaf with grad, no_grad": (lambda torch: _leaf(torch, requires_grad=True), "no_grad"),
+    "parameter": (lambda torch: _parameter(torch), "grad"),
+    "parameter, no_grad": (lambda torch: _parameter(torch), "no_grad"),
+    "not a leaf, with grad": (_result, "grad"),
+    "not a leaf, with grad, no_grad": (_result, "no_grad"),
+    "computed without grad": (_computed, "grad"),
+    "view of a leaf with grad": (_view_of_leaf, "grad"),
+    "view of a leaf with grad, no_grad": (_view_of_leaf, "no_grad"),
+    "view of a result with grad": (_view_of_result, "grad"),
+    "inference tensor, outside": (_inference, "grad"),
+    "inference tensor, inside": (_inference, "inference"),
+}
+
+
+def _mode(torch, name):
+    import contextlib
+    return {"grad": contextlib.nullcontext(), "no_grad": torch.no_grad(),
+            "inference": torch.inference_mode()}[name]
+
+
+@pytest.mark.parametrize("rule", TORCH_RULES)
+def test_torch_rules_are_those_of_zero_(torch, rule):
+    """cp.clear takes or refuses what t.zero_() takes or refuses; where it
+    takes it, the values, the version counter and the gradients that
+    follow are the same as after zero_()."""
+    make, mode = TORCH_RULES[rule]
+    outcome = []
+    for write in (lambda t: t.zero_(), cp.clear):
+        t, w = make(torch)
+        before = t._version if not t.is_inference() else None
+        with _mode(torch, mode):
+            try:
+                write(t)
+                err = None
+            except (RuntimeError, TypeError) as e:
+                err = e
+        grad = None
+        if err is None and w is not None and t.requires_grad:
+            (t * torch.arange(t.numel())).sum().backward()
+            grad = w.grad.tolist()
+        values = t.detach().tolist()
+        bumped = None if before is None else t._version - before
+        outcome.append((err, values, bumped, grad))
+    (theirs, *torch_state), (ours, *our_state) = outcome
+    assert (theirs is None) == (ours is None), "t.zero_(): %r; cp.clear: %r" % (theirs, ours)
+    if ours is not None:
+        assert isinstance(ours, TypeError) and "left unchanged" in str(ours)
+        assert "  " not in str(ours)                # one space between sentences
+        assert our_state[0] == [1.0] * len(our_state[0])
+    else:
+        assert our_state == torch_state
+
+
+def test_a_tensor_that_requires_grad_says_what_to_do(torch):
     w = torch.ones(8, requires_grad=True)
-    with pytest.raises(TypeError, match=r"requires grad.*torch.no_grad.*t.detach"):
+    with pytest.raises(TypeError, match=r"a leaf that requires grad.*torch.no_grad.*t.detach"):
         cp.clear(w)
-    assert w.detach().all()
-    with pytest.raises(RuntimeError, match="leaf"):
-        w.zero_()                                  # torch's own rule, the same
-    with torch.no_grad():
-        cp.clear(w)
-    assert not w.detach().any() and w.requires_grad
-    y = torch.ones(4, requires_grad=True) * 2      # not a leaf: refused as well
-    with pytest.raises(TypeError, match="requires grad"):
-        cp.clear(y)
+    with pytest.raises(TypeError, match=r"a view of a leaf that requires grad"):
+        cp.clear(w[2:])
+    with pytest.raises(TypeError, match=r"a leaf that requires grad"):
+        cp.clear_many([bytearray(4), w])
+    with torch.inference_mode():
+        i = torch.ones(4)
+    with pytest.raises(TypeError, match=r"inference tensor.*inside torch.inference_mode"):
+        cp.clear(i)
+    assert w.detach().all() and i.all()
+
+
+def test_a_result_that_requires_grad_is_cleared_by_its_zero_(torch):
+    """autograd records zero_() of a result in the graph (its gradient
+    is then zero); in clear_many it runs after the others are written, so a
+    refusal among them leaves it unchanged too."""
+    w = torch.ones(4, requires_grad=True)
+    y = w * 3
+    buf = bytearray(b"\x01" * 8)
+    with pytest.raises(TypeError, match="buffer 2"):
+        cp.clear_many([y, buf, w])
+    assert y.detach().all() and any(buf)
+    cp.clear_many([y, buf])
+    assert not y.detach().any() and not any(buf)
+    assert y.grad_fn.name() == "ZeroBackward0"
+    y.sum().backward()
+    assert w.grad.tolist() == [0.0] * 4
+    with pytest.raises(TypeError, match=r"not a leaf.*pages"):
+        cp.clear_pages(w * 2, [0])
+
+
+def test_version_counters_move_as_with_zero_(torch):
+    base = torch.ones(4096, dtype=torch.float32)
+    v = base._version
+    cp.clear(base[10:20])                          # a view shares its base's counter
+    assert base._version == v + 1
+    cp.clear_many([base[:5], base[5:]])            # each tensor once
+    assert base._version == v + 3
+    d = base.detach()
+    cp.clear(d)
+    assert base._version == v + 4
+    cp.clear_pages(base, [0])
+    assert base._version == v + 5
+    cp.clear_pages(base, [])                       # nothing written
+    assert base._version == v + 5
 
 
 def test_autograd_sees_the_write(torch):
@@ -445,7 +613,7 @@ def test_parameters_subclasses_and_inference_tensors(torch):
     assert not s.any()
     with torch.inference_mode():
         i = torch.ones(16)
-    cp.clear(i)
+        cp.clear(i)
     assert not i.any()
 
 
@@ -487,6 +655,59 @@ def test_torch_tensors_cp_cannot_write_are_refused(torch):
     with pytest.raises(TypeError, match="cannot be cleared in place"):
         cp.clear(s)
     assert s.to_dense().all()
+
+
+def _torch_dtypes(torch):
+    """Every dtype torch makes a CPU tensor of, by name."""
+    import warnings
+
+    out = {}
+    for name in dir(torch):
+        d = getattr(torch, name)
+        if isinstance(d, torch.dtype):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")     # "experimental", "deprecated"
+                    torch.zeros(2, dtype=d)
+            except (RuntimeError, TypeError):
+                continue                                # quantized: no plain tensor
+            out[str(d).replace("torch.", "")] = d
+    return out
+
+
+def test_clear_pages_of_nonzero_pages_for_every_torch_dtype(torch):
+    """The KV-cache case: find the pages in use, clear them, for a tensor of
+    any dtype (the bits types, which DLPack cannot carry, as their bytes)."""
+    dtypes = _torch_dtypes(torch)
+    assert {"float32", "bfloat16", "float8_e4m3fn", "bits8", "complex64"} <= set(dtypes)
+    for name, dtype in sorted(dtypes.items()):
+        t = torch.zeros(20000 // torch.empty(0, dtype=dtype).element_size(), dtype=dtype)
+        raw = t.view(torch.uint8)
+        raw[[5, 3 * 4096, 4 * 4096 - 1]] = 1
+        pages = cp.nonzero_pages(t)
+        assert list(pages) == [0, 3], name
+        v = t._version
+        cp.clear_pages(t, pages)
+        assert cp.is_zero(t) and not raw.any() and t._version == v + 1, name
+        raw[7] = 1
+        cp.clear(t)
+        assert not raw.any(), name
+
+
+def test_clear_pages_reads_the_tensor_after_the_page_indices(torch):
+    """An index's __index__ may move the tensor's memory (resize_): the
+    tensor is read after the indices, so the pages of its memory as it is
+    then are cleared, never the memory it had before."""
+    t = torch.ones(4096, dtype=torch.uint8)
+
+    class Index:
+        def __index__(self):
+            t.resize_(1 << 16)          # a new storage; the old one is freed
+            t.fill_(1)
+            return 1
+
+    cp.clear_pages(t, [Index()])
+    assert not t[4096:8192].any() and t[:4096].all() and t[8192:].all()
 
 
 def test_torch_tensors_in_clear_many_and_nonzero_pages(torch):

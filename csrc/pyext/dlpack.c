@@ -21,8 +21,13 @@
  * checks of it that matter on the CPU; and every torch tensor's version
  * counter is bumped after the write (torch._C._increment_version, what
  * torch.autograd.graph.increment_version calls), so autograd sees the
- * in-place change.  As torch's in-place operations, a tensor that requires
- * grad is refused while grad mode is on: the write could not be recorded.
+ * in-place change.  A write is taken or refused as torch's own in-place
+ * operations (t.zero_()) take or refuse it: while grad mode is on, a leaf
+ * that requires grad and a view of one are refused (the write could not be
+ * recorded); an inference tensor is refused outside inference mode; a
+ * tensor that requires grad and is neither (a result of autograd's graph)
+ * is cleared by its own zero_(), which records the write in the graph, as
+ * no write of ours could.
  */
 #include <string.h>
 
@@ -81,18 +86,21 @@ static const char *const device_names[] = {
 /* ---- what is looked up once ------------------------------------------------ */
 
 static PyObject *s_dlpack, *s_requires_grad, *s_is_cpu, *s_is_contiguous, *s_data_ptr,
-    *s_nbytes, *dlpack_kwnames, *max_version;
+    *s_nbytes, *s_is_leaf, *s_base, *s_version, *s_is_inference, *s_zero, *dlpack_kwnames,
+    *max_version;
 /* torch, once it is imported: the tensor base type, the exporter, the
- * version bump and the grad mode. */
+ * version bump, the grad mode and the inference mode. */
 static PyObject *torch_base, *torch_tensor, *torch_parameter, *torch_export, *torch_bump,
-    *torch_grad_enabled;
+    *torch_grad_enabled, *torch_inference_enabled, *torch_uint8;
 static int torch_looked;
-/* The C functions behind TensorBase's requires_grad, is_cpu and nbytes
- * (getters) and data_ptr and is_contiguous (methods): called directly,
- * they cost a third of the attribute and method lookups. */
-static PyObject *torch_descrs[5];
-static PyGetSetDef *gs_requires_grad, *gs_is_cpu, *gs_nbytes;
-static PyMethodDef *m_data_ptr, *m_is_contiguous;
+/* The C functions behind TensorBase's requires_grad, is_cpu, nbytes,
+ * is_leaf, _base and _version (getters) and data_ptr, is_contiguous and
+ * is_inference (methods): called directly, they cost a third of the
+ * attribute and method lookups. */
+static PyObject *torch_descrs[9];
+static PyGetSetDef *gs_requires_grad, *gs_is_cpu, *gs_nbytes, *gs_is_leaf, *gs_base,
+    *gs_version;
+static PyMethodDef *m_data_ptr, *m_is_contiguous, *m_is_inference;
 static PyObject *empty_args;
 
 static PyGetSetDef *torch_getter(int i, const char *name)
@@ -145,10 +153,16 @@ static int dlpack_init(void)
     s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     s_nbytes = PyUnicode_InternFromString("nbytes");
+    s_is_leaf = PyUnicode_InternFromString("is_leaf");
+    s_base = PyUnicode_InternFromString("_base");
+    s_version = PyUnicode_InternFromString("_version");
+    s_is_inference = PyUnicode_InternFromString("is_inference");
+    s_zero = PyUnicode_InternFromString("zero_");
     dlpack_kwnames = Py_BuildValue("(ss)", "max_version", "copy");
     max_version = Py_BuildValue("(ii)", 1, 0);
     if (!s_dlpack || !s_requires_grad || !s_is_cpu || !s_is_contiguous || !s_data_ptr
-        || !s_nbytes || !dlpack_kwnames || !max_version)
+        || !s_nbytes || !s_is_leaf || !s_base || !s_version || !s_is_inference || !s_zero
+        || !dlpack_kwnames || !max_version)
         return -1;
     return 0;
 }
@@ -179,6 +193,8 @@ static void torch_lookup(void)
     torch_export = attr_or_null(c, "_to_dlpack_versioned");
     torch_bump = attr_or_null(c, "_increment_version");
     torch_grad_enabled = attr_or_null(c, "is_grad_enabled");
+    torch_inference_enabled = attr_or_null(torch, "is_inference_mode_enabled");
+    torch_uint8 = attr_or_null(torch, "uint8");
     if (torch_base && !PyType_Check(torch_base))
         Py_CLEAR(torch_base);
     empty_args = PyTuple_New(0);
@@ -189,6 +205,10 @@ static void torch_lookup(void)
     gs_nbytes = torch_getter(2, "nbytes");
     m_data_ptr = torch_method(3, "data_ptr");
     m_is_contiguous = torch_method(4, "is_contiguous");
+    gs_is_leaf = torch_getter(5, "is_leaf");
+    gs_base = torch_getter(6, "_base");
+    m_is_inference = torch_method(7, "is_inference");
+    gs_version = torch_getter(8, "_version");
 }
 
 static int is_torch(PyObject *obj)
@@ -202,30 +222,92 @@ static int is_torch(PyObject *obj)
 static const char *const used_versioned = "used_dltensor_versioned";
 static const char *const used_legacy = "used_dltensor";
 
-/* A torch tensor that requires grad, in grad mode: refused as torch's own
- * in-place operations refuse it.  1: refused (error set), 0: fine, -1. */
+/* The truth of obj.name (a getter through gs where found): 1, 0, or -1. */
+static int torch_flag(PyObject *obj, PyGetSetDef *gs, PyObject *name)
+{
+    PyObject *r = torch_get(obj, gs, name);
+    if (!r)
+        return -1;
+    int on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return on;
+}
+
+/* The truth of fn(), or `otherwise` where torch has no such function. */
+static int torch_mode(PyObject *fn, int otherwise)
+{
+    if (!fn)
+        return otherwise;
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (!r)
+        return -1;
+    int on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return on;
+}
+
+enum { TORCH_WRITE = 0, TORCH_REFUSED = 1, TORCH_ZERO = 2 };
+
+/* Whether torch's in-place operations may write obj now, and how:
+ * TORCH_WRITE (ours), TORCH_ZERO (through its own zero_(), which autograd
+ * records), TORCH_REFUSED (the error set, as t.zero_() would raise), -1. */
 static int torch_refuses(PyObject *obj)
 {
-    PyObject *rg = torch_get(obj, gs_requires_grad, s_requires_grad);
-    if (!rg)
+    int requires = torch_flag(obj, gs_requires_grad, s_requires_grad);
+    if (requires < 0)
         return -1;
-    int requires = PyObject_IsTrue(rg);
-    Py_DECREF(rg);
-    if (requires <= 0)
-        return requires;
-    PyObject *on = torch_grad_enabled ? PyObject_CallNoArgs(torch_grad_enabled) : NULL;
-    if (!on)
-        return torch_grad_enabled ? -1 : 0;
-    int enabled = PyObject_IsTrue(on);
-    Py_DECREF(on);
+    if (!requires) {
+        /* An inference tensor has no version counter for autograd to read
+         * outside inference mode: torch writes one only inside.  Reading
+         * the counter (a getter) costs a third of asking is_inference() (a
+         * method that parses its arguments), and fails only for one. */
+        PyObject *version = torch_get(obj, gs_version, s_version);
+        if (version) {
+            Py_DECREF(version);
+            return TORCH_WRITE;
+        }
+        PyErr_Clear();
+        PyObject *r = torch_call(obj, m_is_inference, s_is_inference);
+        int inference = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+        if (inference <= 0)
+            return inference;
+        int inside = torch_mode(torch_inference_enabled, 1);
+        if (inside != 0)
+            return inside < 0 ? -1 : TORCH_WRITE;
+        PyErr_Format(PyExc_TypeError,
+                     "the %s is an inference tensor (made under torch.inference_mode()), "
+                     "and torch writes one in place only in inference mode (\"Inplace "
+                     "update to inference tensor outside InferenceMode is not allowed\"). "
+                     "Clear it inside torch.inference_mode(), or clear a clone; it was left "
+                     "unchanged", Py_TYPE(obj)->tp_name);
+        return TORCH_REFUSED;
+    }
+    int enabled = torch_mode(torch_grad_enabled, 0);
     if (enabled <= 0)
         return enabled;
-    PyErr_SetString(PyExc_TypeError,
-                    "the tensor requires grad, and autograd cannot record a write that "
-                    "clearpages makes: torch refuses t.zero_() on such a leaf too, outside "
-                    "torch.no_grad(). Clear it inside torch.no_grad(), or clear t.detach(), "
-                    "which shares its memory; it was left unchanged");
-    return 1;
+    int leaf = torch_flag(obj, gs_is_leaf, s_is_leaf);
+    if (leaf < 0)
+        return -1;
+    const char *what = leaf ? "a leaf" : NULL;
+    if (!leaf) {
+        PyObject *base = torch_get(obj, gs_base, s_base);
+        if (!base)
+            return -1;
+        int of_leaf = base != Py_None ? torch_flag(base, gs_is_leaf, s_is_leaf) : 0;
+        Py_DECREF(base);
+        if (of_leaf < 0)
+            return -1;
+        if (!of_leaf)
+            return TORCH_ZERO;          /* autograd records t.zero_() */
+        what = "a view of a leaf";
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "the %s is %s that requires grad, and autograd cannot record a write "
+                 "that clearpages makes: torch refuses t.zero_() on it too, outside "
+                 "torch.no_grad(). Clear it inside torch.no_grad(), or clear t.detach(), "
+                 "which shares its memory; it was left unchanged", Py_TYPE(obj)->tp_name, what);
+    return TORCH_REFUSED;
 }
 
 /* An exact torch tensor, contiguous in CPU memory and smaller than
@@ -309,6 +391,28 @@ static PyObject *export_capsule(PyObject *obj, int torch)
     return cap;
 }
 
+/* A torch tensor whose dtype DLPack cannot carry (torch's bits types): its
+ * bytes, exported as the uint8 view of them (t.view(torch.uint8), the same
+ * memory and version counter), where torch makes one.  NULL with the
+ * export's first error otherwise. */
+static PyObject *export_bytes(PyObject *obj)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *view = PyObject_CallMethod(obj, "view", "O", torch_uint8);
+    PyObject *cap = view ? export_capsule(view, 1) : NULL;
+    Py_XDECREF(view);
+    if (cap) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return cap;
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
 static void set_refusal(PyObject *obj, const char *fmt, const char *what)
 {
     PyErr_Format(PyExc_TypeError, fmt, Py_TYPE(obj)->tp_name, what);
@@ -387,7 +491,12 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
         }
         Py_DECREF(m);
     } else {
-        if (!reading && torch_refuses(obj))
+        int how = reading ? TORCH_WRITE : torch_refuses(obj);
+        if (how == TORCH_ZERO) {
+            v->zero = Py_NewRef(obj);   /* nothing of ours to write: len 0 */
+            return 1;
+        }
+        if (how != TORCH_WRITE)
             return -1;
         int direct = torch_direct(obj, v, direct_max);
         if (direct) {
@@ -399,6 +508,8 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
         }
     }
     PyObject *cap = export_capsule(obj, torch);
+    if (!cap && torch && torch_uint8)
+        cap = export_bytes(obj);
     if (!cap) {
         /* The producer's refusal (torch says RuntimeError) as ours. */
         if (PyErr_ExceptionMatches(PyExc_BufferError)
@@ -448,7 +559,11 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
     } else {
         PyErr_Format(PyExc_TypeError, "cannot clear the %s: its __dlpack__ returned %s, "
                      "not a DLPack capsule", Py_TYPE(obj)->tp_name, Py_TYPE(cap)->tp_name);
+        /* Its destructor may run Python code: the error waits aside. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         Py_DECREF(cap);
+        PyErr_Restore(type, value, tb);
         return -1;
     }
     v->capsule = cap;
@@ -482,6 +597,21 @@ release:
     return -1;
 }
 
+int dlpack_producer(PyObject *obj)
+{
+    if (dlpack_init() < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *m = PyObject_GetAttr((PyObject *)Py_TYPE(obj), s_dlpack);
+    if (!m) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(m);
+    return 1;
+}
+
 int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max)
 {
     return acquire(obj, v, direct_max, 0);
@@ -492,8 +622,17 @@ int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v)
     return acquire(obj, v, 0, 1);
 }
 
-int dlpack_written(struct dlpack_view *v)
+int dlpack_written(struct dlpack_view *v, int done)
 {
+    if (v->zero) {
+        if (!done)
+            return 0;
+        PyObject *argv[1] = {v->zero};
+        PyObject *r = PyObject_VectorcallMethod(s_zero, argv,
+                                                1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
     if (!v->bump || !torch_bump)
         return 0;
     /* The bump takes a sequence of tensors: one 1-tuple, reused while no
@@ -526,6 +665,7 @@ void dlpack_release(struct dlpack_view *v)
 {
     if (!v->capsule && !v->addrs && !v->lens) {     /* read without an export */
         Py_CLEAR(v->bump);
+        Py_CLEAR(v->zero);
         return;
     }
     /* The deleter and the capsule's destructor may run Python code (the

@@ -76,19 +76,25 @@ static int hot_range(PyObject *hot, size_t n, size_t *start, size_t *stop)
 }
 
 /* n tensors were written (wholly, or in part when the clear failed, rc <
- * 0): each one's version counter is bumped, so that autograd knows.  The
- * clear's own error (KeyboardInterrupt) wins over a bump's. */
+ * 0): each one's version counter is bumped, so that autograd knows, and
+ * those autograd records are cleared by their own zero_() (only when the
+ * rest went well).  The clear's own error (KeyboardInterrupt) wins over a
+ * bump's. */
 static int views_written(struct dlpack_view *t, size_t n, int rc)
 {
+    /* The first error wins; each call after it runs with none pending. */
+    int done = rc == 0;
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     if (rc < 0)
         PyErr_Fetch(&type, &value, &tb);
     for (size_t i = 0; i < n; i++)
-        if (dlpack_written(&t[i]) < 0) {
-            if (rc < 0)
+        if (dlpack_written(&t[i], done) < 0) {
+            if (rc < 0) {
                 PyErr_Clear();
-            else
+            } else {
                 rc = -1;
+                PyErr_Fetch(&type, &value, &tb);
+            }
         }
     if (type || value || tb)
         PyErr_Restore(type, value, tb);
@@ -103,7 +109,7 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
 {
     size_t start = 0, stop = 0;
     int hint = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
-    if (hot && !hint) {
+    if (hot && !hint && !dv->zero) {    /* torch's zero_() takes no hot range */
         int ok = dv->nruns ? 0 : hot_range(hot, dv->len, &start, &stop);
         if (ok == 0) {
             /* Python's check (_core._check_hot) refuses it with the message it
@@ -527,6 +533,85 @@ static int is_int64_format(const Py_buffer *v)
 
 static const char *const pages_pos[] = {"buf", "pages", "page_size"};
 
+/* The page indices clear_pages was given, held while it runs. */
+struct page_list {
+    PyObject *snapshot;         /* our tuple of a list or tuple */
+    int64_t *owned;             /* its indices */
+    Py_buffer pv;               /* or an int64 buffer's */
+    int have_pv;
+    const int64_t *list;
+    Py_ssize_t count;
+};
+
+/* 1: taken (release with page_list_release); 0: a form Python normalizes
+ * (declined); -1 with an error set (an item's, or ours naming it). */
+static int page_list_take(PyObject *pages, struct page_list *pl)
+{
+    memset(pl, 0, sizeof *pl);
+    if (PyList_CheckExact(pages) || PyTuple_CheckExact(pages)) {
+        /* Our own tuple: an item's __index__ may change the caller's list. */
+        pl->snapshot = PySequence_Tuple(pages);
+        if (!pl->snapshot)
+            return -1;
+        pl->owned = indices_from_sequence(pl->snapshot, &pl->count);
+        pl->list = pl->owned;
+        return pl->owned ? 1 : -1;
+    }
+    if (!PyObject_CheckBuffer(pages))
+        return 0;                   /* Python reads other iterables */
+    if (PyObject_GetBuffer(pages, &pl->pv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (!is_refusal())
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    pl->have_pv = 1;
+    if (!is_int64_format(&pl->pv) || pl->pv.len % 8 || pl->pv.ndim > 1)   /* Python refuses 2-D */
+        return 0;
+    pl->list = pl->pv.buf;
+    pl->count = pl->pv.len / 8;
+    return 1;
+}
+
+static void page_list_release(struct page_list *pl)
+{
+    if (pl->have_pv)
+        PyBuffer_Release(&pl->pv);
+    PyMem_Free(pl->owned);
+    Py_XDECREF(pl->snapshot);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* The tensor clear_pages clears: 1 with *dv held (a contiguous tensor),
+ * 0 when buf is no tensor, -1 with an error set.  Read without an export
+ * where the GIL is kept throughout (one thread, a tensor below gil_min:
+ * the job then runs with the GIL, and the pages were read before). */
+static int pages_tensor(PyObject *buf, struct dlpack_view *dv, int nthreads)
+{
+    size_t direct_max = nthreads == 1 ? config.gil_min : 0;
+    int got = dlpack_acquire(buf, dv, direct_max);
+    if (got > 0 && dv->direct && dv->len >= config.gil_min) {
+        dlpack_release(dv);         /* reconfigured meanwhile: exported after all */
+        got = dlpack_acquire(buf, dv, 0);
+    }
+    if (got <= 0)
+        return got;
+    if (dv->nruns) {
+        PyErr_SetString(PyExc_ValueError,
+                        "clear_pages needs a contiguous tensor; this one is strided");
+    } else if (dv->zero) {
+        PyErr_Format(PyExc_TypeError,
+                     "the %s requires grad and is not a leaf: autograd records t.zero_() of "
+                     "all of it, but no write of some of its pages. Clear its pages inside "
+                     "torch.no_grad(), or through t.detach(); it was left unchanged",
+                     Py_TYPE(buf)->tp_name);
+    } else {
+        return 1;
+    }
+    dlpack_release(dv);
+    return -1;
+}
+
 static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                                 int strict)
 {
@@ -542,104 +627,106 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     size_t psize = page_size_value(page_size, buf);
     if (!psize)
         idx = DECLINE;
-    Py_buffer view, pv;
-    int have_pv = 0;
-    PyObject *err = NULL, *res = NULL, *snapshot = NULL;
-    int64_t *owned = NULL;
-    int got = acquire_writable(buf, &view, &err, -1);
-    if (got < 0)
-        return NULL;
-    if (got > 0)
-        goto decline;
-    if (idx == DECLINE || nthreads == DECLINE)
-        goto release_decline;
-    const int64_t *list;
-    Py_ssize_t count;
-    if (PyList_CheckExact(pages) || PyTuple_CheckExact(pages)) {
-        /* Our own tuple: an item's __index__ may change the caller's list. */
-        snapshot = PySequence_Tuple(pages);
-        if (!snapshot)
-            goto fail;
-        owned = indices_from_sequence(snapshot, &count);
-        if (!owned)
-            goto fail;
-        list = owned;
-    } else if (PyObject_CheckBuffer(pages)) {
-        if (PyObject_GetBuffer(pages, &pv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-            if (!is_refusal())
-                goto fail;
-            PyErr_Clear();
-            goto release_decline;
+    Py_buffer view;
+    struct dlpack_view dv;
+    struct page_list pl;
+    memset(&pl, 0, sizeof pl);
+    enum { NOTHING, BUFFER, TENSOR } held = NOTHING;
+    PyObject *err = NULL, *res = NULL;
+    /* decline: an argument, a buffer's refusal (err) or a form of pages
+     * that Python explains or normalizes, then calls the _exact form. */
+    int got, decline = 0, args_ok = idx != DECLINE && nthreads != DECLINE;
+    if (args_ok && !has_buffer(buf) && dlpack_producer(buf)) {
+        /* A tensor: its pages counted from the first byte it covers.  The
+         * indices first: their __index__ may run any code, and none may
+         * run between a read without an export and the write. */
+        got = page_list_take(pages, &pl);
+        decline = got == 0;
+        if (got <= 0)
+            goto release;
+        got = pages_tensor(buf, &dv, nthreads);
+        if (got < 0)
+            goto release;
+        if (got > 0) {
+            held = TENSOR;
+            memset(&view, 0, sizeof view);
+            view.buf = dv.base;
+            view.len = (Py_ssize_t)dv.len;
         }
-        have_pv = 1;
-        if (!is_int64_format(&pv) || pv.len % 8 || pv.ndim > 1)     /* Python refuses 2-D */
-            goto release_decline;
-        list = pv.buf;
-        count = pv.len / 8;
-    } else {
-        goto release_decline;       /* Python reads other iterables */
     }
-    if (count == 0) {
+    if (held == NOTHING) {
+        got = acquire_writable(buf, &view, &err, -1);
+        decline = got > 0;
+        if (got != 0)
+            goto release;
+        held = BUFFER;
+    }
+    decline = !args_ok;
+    if (decline)
+        goto release;
+    if (!pl.list) {
+        got = page_list_take(pages, &pl);
+        decline = got == 0;
+        if (got <= 0)
+            goto release;
+    }
+    if (pl.count == 0) {
         res = Py_NewRef(Py_None);
-        goto fail;
+        goto release;
     }
     size_t bad = 0;
-    struct cp_job *job = native->job_from_pages(view.buf, (size_t)view.len, list, (size_t)count,
-                                            psize, &bad);
+    struct cp_job *job = native->job_from_pages(view.buf, (size_t)view.len, pl.list,
+                                            (size_t)pl.count, psize, &bad);
     if (!job) {
-        if (bad >= (size_t)count) {
+        if (bad >= (size_t)pl.count) {
             PyErr_NoMemory();
         } else {
             size_t n = (size_t)view.len, np = n / psize + (n % psize != 0);
             PyErr_Format(page_index_error,
                          "page index %lld (position %zu) is outside the buffer: it has "
                          "%zu page%s of %zu bytes, so indices run from 0 to %lld",
-                         (long long)list[bad], bad, np, np == 1 ? "" : "s", psize,
+                         (long long)pl.list[bad], bad, np, np == 1 ? "" : "s", psize,
                          (long long)np - 1);
         }
-        goto fail;
+        goto release;
     }
     size_t total = native->job_total(job);
     if (call_debug_hook("acquired", NULL, total) < 0) {
         native->job_free(job);
-        goto fail;
+        goto release;
     }
     /* Only now, after the items' __index__, a __buffer__ and the hook have
      * run (see clear). */
     idx = method_index(method);
     if (idx == DECLINE) {
         native->job_free(job);
-        goto release_decline;
+        decline = 1;
+        goto release;
     }
-    if (run_decided(job, total, (size_t)count, idx, nthreads) == 0)
-        res = Py_NewRef(Py_None);
+    int rc = run_decided(job, total, (size_t)pl.count, idx, nthreads);
     native->job_free(job);
-fail:
-    if (have_pv)
-        PyBuffer_Release(&pv);
-    PyMem_Free(owned);
-    Py_XDECREF(snapshot);
-    PyBuffer_Release(&view);
-    return res;
-
-release_decline:
-    if (have_pv)
-        PyBuffer_Release(&pv);
-    PyMem_Free(owned);
-    Py_XDECREF(snapshot);
-    PyBuffer_Release(&view);
-decline: {
-    /* Not given: the page size it stands for, so that Python keeps no
-     * default of its own. */
-    PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
-                                                      : PyLong_FromSize_t(psize);
-    PyObject *hook_args[] = {buf, pages, ps, method, threads, err};
-    if (ps)
-        res = declined(strict, hook_pages, hook_args, 6, 3);
-    Py_XDECREF(ps);
+    if (held == TENSOR)
+        rc = views_written(&dv, 1, rc);
+    if (rc == 0)
+        res = Py_NewRef(Py_None);
+release:
+    page_list_release(&pl);
+    if (held == TENSOR)
+        dlpack_release(&dv);
+    else if (held == BUFFER)
+        PyBuffer_Release(&view);
+    if (decline) {
+        /* Not given: the page size it stands for, so that Python keeps no
+         * default of its own. */
+        PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
+                                                          : PyLong_FromSize_t(psize);
+        PyObject *hook_args[] = {buf, pages, ps, method, threads, err};
+        if (ps)
+            res = declined(strict, hook_pages, hook_args, 6, 3);
+        Py_XDECREF(ps);
+    }
     Py_XDECREF(err);
     return res;
-}
 }
 
 ENTRY_PAIR(fast_clear_pages, do_clear_pages)

@@ -222,6 +222,8 @@ struct dlpack_view {
     struct DLManagedTensorVersioned *versioned;
     struct DLManagedTensor *legacy;
     PyObject *bump;             /* a torch tensor whose version counter to bump */
+    PyObject *zero;             /* a torch tensor that autograd must see written: cleared
+                                 * by its own zero_() after the others (len 0 here) */
     int direct;                 /* read without an export: keep the GIL */
     char *base;
     size_t len;
@@ -236,10 +238,14 @@ struct dlpack_view {
  * direct_max: the size below which the clear keeps the GIL throughout (0:
  * it may not), where a torch tensor may be read without an export. */
 int dlpack_acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max);
+/* Whether obj's type has __dlpack__ (no error set either way). */
+int dlpack_producer(PyObject *obj);
 /* The same for reading (is_zero): read-only tensors and copies taken too. */
 int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v);
-/* After the write: bump a torch tensor's version counter. */
-int dlpack_written(struct dlpack_view *v);
+/* After the write (done: it all went well; else it stopped part way): bump
+ * a torch tensor's version counter, or call the zero_() of one that
+ * autograd records. */
+int dlpack_written(struct dlpack_view *v, int done);
 void dlpack_release(struct dlpack_view *v);
 
 /* ---- region_type.c --------------------------------------------------------------- */

@@ -193,11 +193,12 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
         empty |= shape[i] == 0;
     }
     uint64_t start;
-    if (__builtin_add_overflow((uint64_t)(uintptr_t)data, offset, &start))
-        return STRIDED_TOO_LARGE;
+    int wraps = __builtin_add_overflow((uint64_t)(uintptr_t)data, offset, &start);
     out->base = (char *)(uintptr_t)start;
     if (empty)
         return STRIDED_OK;              /* no element: nothing is touched */
+    if (wraps)
+        return STRIDED_TOO_LARGE;
     if (item == 0 || item >= ADDRESS_LIMIT)
         return STRIDED_TOO_LARGE;
 
@@ -212,15 +213,19 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     for (int i = ndim - 1; i >= 0; i--) {
         int64_t n = shape[i], s;
         if (strides) {
+            /* A dimension of one element, or of stride 0, adds no bytes
+             * whatever its stride says. */
+            if (n == 1 || strides[i] == 0)
+                continue;
             if (__builtin_mul_overflow(strides[i], unit, &s))
                 goto done;
         } else {
             s = c_order;
             if (__builtin_mul_overflow(c_order, n, &c_order))
                 goto done;
+            if (n == 1)
+                continue;
         }
-        if (n == 1 || s == 0)
-            continue;
         uint64_t mag = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s, reach;
         if (__builtin_mul_overflow(mag, (uint64_t)(n - 1), &reach) || reach >= ADDRESS_LIMIT)
             goto done;
