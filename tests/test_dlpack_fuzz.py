@@ -198,7 +198,7 @@ class Case:
         self.valid = False
         self.data = 0 if self.null else fence.address
         self.offset = rng.choice([LIMIT - self.data + rng.randrange(1 << 20),
-                                  (1 << 64) - self.data, (1 << 64) - 1])
+                                  (1 << 64) - self.data, (1 << 64) - 1]) % (1 << 64)
         start = self.data + self.offset + lo
         if not self.null and 0 <= start and start + span <= LIMIT:
             self.lie = True

@@ -445,6 +445,14 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
         PyErr_Format(PyExc_TypeError, "cannot clear the %s: a negative shape",
                      Py_TYPE(obj)->tp_name);
         return -1;
+    case STRIDED_NULL:
+        /* torch's words for its own tensors without memory (ZeroTensors). */
+        PyErr_Format(PyExc_TypeError,
+                     "the %s has no memory behind it (its DLPack data pointer is NULL, and "
+                     "its shape is not empty): ZeroTensors are immutable. Please use the "
+                     "materialized zero tensor obtained using .clone() if you want a mutable "
+                     "tensor", Py_TYPE(obj)->tp_name);
+        return -1;
     case STRIDED_TOO_LARGE:
         PyErr_Format(PyExc_ValueError, "cannot clear the %s: its shape, strides and byte "
                      "offset describe memory beyond the address space; it was left unchanged",
@@ -453,16 +461,6 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
     default:
         PyErr_Format(PyExc_MemoryError, "cannot clear the %s: the list of its strided runs "
                      "would not fit in memory", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (r.len && !t->data) {
-        /* torch's words for its own tensors without memory (ZeroTensors). */
-        strided_runs_free(&r);
-        PyErr_Format(PyExc_TypeError,
-                     "the %s has no memory behind it (its DLPack data pointer is NULL, for "
-                     "%zu bytes): ZeroTensors are immutable. Please use the materialized "
-                     "zero tensor obtained using .clone() if you want a mutable tensor",
-                     Py_TYPE(obj)->tp_name, r.len);
         return -1;
     }
     v->base = r.base;

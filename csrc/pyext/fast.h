@@ -199,6 +199,7 @@ enum {
     STRIDED_NEGATIVE = -1,      /* a negative extent in the shape */
     STRIDED_TOO_LARGE = -2,     /* bytes beyond the address space (or its arithmetic) */
     STRIDED_NO_MEMORY = -3,     /* the runs would not fit in memory */
+    STRIDED_NULL = -4,          /* a NULL data pointer for some element */
 };
 
 /* The layout of ndim dimensions at data + offset: shape, strides in units

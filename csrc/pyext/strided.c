@@ -197,6 +197,8 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     out->base = (char *)(uintptr_t)start;
     if (empty)
         return STRIDED_OK;              /* no element: nothing is touched */
+    if (!data)
+        return STRIDED_NULL;            /* refused before any work its shape asks */
     if (wraps)
         return STRIDED_TOO_LARGE;
     if (item == 0 || item >= ADDRESS_LIMIT)
