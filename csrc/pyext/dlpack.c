@@ -259,8 +259,10 @@ static int torch_refuses(PyObject *obj)
     if (!requires) {
         /* An inference tensor has no version counter for autograd to read
          * outside inference mode: torch writes one only inside.  Reading
-         * the counter (a getter) costs a third of asking is_inference() (a
-         * method that parses its arguments), and fails only for one. */
+         * the counter is torch's own test (a tensor given an inference
+         * tensor's data keeps its counter, and zero_() takes it), and as a
+         * getter it costs a third of is_inference(), which parses its
+         * arguments. */
         PyObject *version = torch_get(obj, gs_version, s_version);
         if (version) {
             Py_DECREF(version);
