@@ -13,7 +13,10 @@
  * Refused, with the data unchanged: a tensor flagged read-only or copied
  * (clearing a copy would leave the object as it was), memory this CPU
  * cannot write (any device but the CPU and CUDA-pinned host memory), a
- * DLPack major version other than 1, elements that are not whole bytes.
+ * DLPack major version other than 1, elements that are not whole bytes, a
+ * NULL data pointer for a tensor that is not empty, a layout that reaches
+ * beyond the address space.  The bytes cleared are the union of the
+ * elements' (strided.c): a stride-0 tensor costs what its storage does.
  *
  * torch tensors: torch's own __dlpack__ is Python code that costs several
  * times a 4 KiB clear, so an exact torch.Tensor or Parameter is exported
