@@ -17,9 +17,9 @@ in any other field) must be refused.  A capsule that lies (bytes in the
 address space but not in its memory) is never made: nothing can tell it
 from a true one.
 
-CLEARPAGES_DLPACK_CAPSULES capsules in all (default 2000: a few seconds),
+CLEARPAGES_TEST_DLPACK_CAPSULES capsules in all (default 2000: a few seconds),
 spread over the five entries; CI runs 100,000, plain and under ASan.
-CLEARPAGES_HOSTILE_SEED fixes the seed (printed in the summary).
+CLEARPAGES_TEST_HOSTILE_SEED fixes the seed (printed in the summary).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import clearpages as cp
 
 np = pytest.importorskip("numpy")
 
-CAPSULES = int(os.environ.get("CLEARPAGES_DLPACK_CAPSULES", "2000"))
-SEED = int(os.environ.get("CLEARPAGES_HOSTILE_SEED", str(int(time.time()))))
+CAPSULES = int(os.environ.get("CLEARPAGES_TEST_DLPACK_CAPSULES", "2000"))
+SEED = int(os.environ.get("CLEARPAGES_TEST_HOSTILE_SEED", str(int(time.time()))))
 ENTRIES = ("clear", "clear_many", "clear_pages", "is_zero", "nonzero_pages")
 #: No byte a tensor describes may lie at or beyond this address (the user
 #: address space of x86-64, with five-level page tables, is below 2**56).
