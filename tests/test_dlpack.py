@@ -360,6 +360,10 @@ def test_clear_pages_of_a_tensor(dtype):
     """Pages count bytes of page_size from the tensor's first byte, as for
     a buffer; whatever nonzero_pages finds, clear_pages clears."""
     a = np.zeros(30000 // np.dtype(dtype).itemsize, dtype)
+    try:
+        a.__dlpack__()
+    except (BufferError, TypeError) as e:                # bool before numpy 1.25
+        pytest.skip("numpy %s exports no %s through DLPack: %s" % (np.__version__, dtype, e))
     raw = a.view(np.uint8)
     raw[[0, 4096 * 2 + 7, len(raw) - 1]] = 1
     t = OnlyDLPack(a)
@@ -376,7 +380,7 @@ def test_clear_pages_of_a_tensor(dtype):
         cp.clear_pages(OnlyDLPack(a), [len(raw) // 4096 + 1])
     with pytest.raises(ValueError, match="contiguous tensor; this one is strided"):
         cp.clear_pages(OnlyDLPack(a[: len(a) // 10 * 10].reshape(-1, 10)[:, :5]), [0])
-    with pytest.raises(TypeError, match="read-only"):
+    with pytest.raises(TypeError, match=READ_ONLY_REFUSAL):
         cp.clear_pages(OnlyDLPack(_read_only(a)), [0])
     with pytest.raises(ValueError, match="unknown method"):
         cp.clear_pages(OnlyDLPack(a), [0], method="fast")
