@@ -369,16 +369,17 @@ class Pool(PoolCore):
                                                                      _fmt_size(done)))
         return int(done)
 
-    def describe(self) -> str:
-        """What the pool does, in one sentence."""
+    def describe(self, *, low_water: int | None = None) -> str:
+        """What the pool does, in one sentence (low_water: say it for that
+        low-water mark instead of the pool's own)."""
+        low = self.low_water if low_water is None else low_water
         cap = ("up to %d (%s)" % (self.capacity // self.block_size, _fmt_size(self.capacity))
                if self.capacity is not None else "as many as asked for")
         return ("blocks of %s on %s pages, %s; zeroed by the pool's thread with %s (the "
                 "routine for memory not used soon), flat out while fewer than %d %s ready "
                 "or a caller waits, %s otherwise"
                 % (_fmt_size(self.block_size), self.page_size_name, cap, self.routine,
-                   self.low_water, "is" if self.low_water == 1 else "are",
-                   _rate_text(self.max_rate)))
+                   low, "is" if low == 1 else "are", _rate_text(self.max_rate)))
 
     @property
     def closed(self) -> bool:

@@ -556,3 +556,19 @@ def test_bench_pool_refuses_other_options():
     r = run_python("import sys; from clearpages.tools import cli; "
                    "sys.exit(cli.main(['bench', '--pool', '--methods', 'libc']))")
     assert r.returncode != 0 and "--pool" in r.stderr, r.stderr
+
+
+def test_plan_describes_a_pool():
+    r = run_python("import sys; from clearpages.tools import cli; "
+                   "sys.exit(cli.main(['plan', '3M', '--pool']))")
+    assert r.returncode == 0, r.stderr
+    assert "blocks of 4 MiB" in r.stdout or "blocks of 3 MiB" in r.stdout, r.stdout
+    assert "fewer than 1 is ready" in r.stdout and "thread" in r.stdout
+    r = run_python("import sys; from clearpages.tools import cli; "
+                   "sys.exit(cli.main(['plan', '64K', '--pool', '--json']))")
+    import json
+
+    facts = json.loads(r.stdout)
+    # The child has none of this process's CLEARPAGES_* variables (run_python).
+    assert facts["block_size"] == 64 * KiB and facts["routine"] in cp.ALL_METHODS
+    assert facts["low_water"] == 1 and facts["reason"]

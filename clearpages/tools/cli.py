@@ -185,7 +185,33 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
 # ---- plan ---------------------------------------------------------------------
 
 
+def _plan_pool(args: argparse.Namespace, out: TextIO) -> int:
+    """plan SIZE --pool: what a Pool of SIZE blocks does, made with every
+    default (the pool's own words, Pool.describe)."""
+    from .._pool import Pool
+
+    if args.count != 1 or args.threads != 1:
+        raise UsageError("--pool describes a Pool of SIZE blocks; it takes no --count or "
+                         "--threads")
+    try:
+        # low_water=0: nothing is mapped or faulted in for the question.
+        with Pool(args.size, low_water=0) as pool:
+            text = pool.describe(low_water=1)
+            facts = {"block_size": pool.block_size, "page_size": pool.page_size_name,
+                     "routine": pool.routine, "max_rate": pool.max_rate, "low_water": 1,
+                     "reason": text}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _output.dump_json(facts, "-", out)
+        return 0
+    _output.say("a Pool(%s): %s" % (_units.format_size(args.size), text), out)
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    if args.pool:
+        return _plan_pool(args, out)
     try:
         p = _core.plan(args.size, count=args.count, threads=args.threads)
     except ValueError as e:
@@ -598,6 +624,9 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                            "(SIZE is the total, not each piece); default 1")
     plan.add_argument("--threads", type=_threads_arg, default=1,
                       help="a number (default 1, as clear()) or 'auto'")
+    plan.add_argument("--pool", action="store_true",
+                      help="what a cp.Pool of SIZE blocks does (its page size, the routine "
+                      "its thread zeroes with, its pace) instead of a clear")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
 
     b = sub.add_parser(
