@@ -10,6 +10,7 @@ import collections
 import io
 import json
 import math
+import re
 
 import pytest
 
@@ -142,6 +143,15 @@ def test_the_oracle_takes_each_phases_fastest():
     assert r.phase_ratios("a", 1) == [pytest.approx(1 / 3)] * 5
 
 
+def test_the_roles_oracle_picks_between_the_two_roles_alone():
+    times = {"auto": [[2.0, 2.0]] * 3, "t": [[1.0, 3.0]] * 3, "s": [[3.0, 2.0]] * 3,
+             "other": [[0.5, 0.5]] * 3}
+    r = _result(times)
+    r.roles = ("t", "s")
+    assert r.reference(phased.ROLES_ORACLE) == [3.0] * 3
+    assert r.reference(phased.ORACLE) == [1.0] * 3
+
+
 def test_a_rounds_own_noise_does_not_pick_its_best():
     # a's median over all rounds (0.9) beats b's (1.0) by its three lucky
     # rounds; each round's best is told by the other rounds: without its own
@@ -199,8 +209,19 @@ def test_every_place_and_work_runs_and_clears():
     prog = G.Program("tiny", (n, 2 * n), phases, 2, other=64 << 10, foreign=4096)
     names = ["auto", "auto carried", "auto static", "libc", "numpy.fill",
              "ctypes.memset", "work only"]
-    res = phased.run([prog], names, rounds=1, pool_bytes=1 << 20)
-    assert set(res[0].times) == set(names)
+    seen = []
+    res = phased.run([prog], names, rounds=1, pool_bytes=1 << 20,
+                     done=lambda so_far: seen.append(len(so_far)))
+    assert seen == [1]
+    assert set(res[0].times) == set(res[0].other) == set(names)
+    assert res[0].clock == phased.CPU and len(res[0].roles) == 2
+    assert all(len(t) == 1 and len(t[0]) == len(phases) and min(t[0]) > 0
+               for t in res[0].other.values())
+    back = phased.from_json(json.loads(json.dumps(phased.to_json(res, {}))))[0]
+    assert (back.times, back.other, back.roles, back.clock) == (
+        res[0].times, res[0].other, res[0].roles, res[0].clock)
+    with pytest.raises(ValueError, match="clock"):
+        phased.run([prog], names, rounds=1, pool_bytes=1 << 20, clock="sundial")
     assert all(len(t) == 1 and len(t[0]) == len(phases) and min(t[0]) > 0
                for t in res[0].times.values())
     assert res[0].fixed == ["libc", "numpy.fill", "ctypes.memset"]
@@ -228,14 +249,36 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
     assert rc == 0
     assert "--generated 2 --seed 5" in text and "L3" in text
     assert "per-phase oracle" in text and "numpy.fill" in text
+    assert re.search(r"CPU\s+time", text)
     data = json.loads(out.read_text())
     assert data["settings"]["seed"] == 5 and len(data["programs"]) == 2
     again = phased.from_json(data)
     assert [r.program for r in again] == G.corpus(5, 2, sizes=(4096, 16384),
                                                   seconds=(0.004, 0.02))
+    assert data["settings"]["clock"] == "cpu"
     buf = io.StringIO()
     phased.report_generated(again, buf)
     assert max(len(line) for line in buf.getvalue().splitlines()) <= 80
+    assert "phases where auto does worst" in buf.getvalue()
+
+
+def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
+    out = tmp_path / "g.json"
+    written = []
+    real = phased.run
+
+    def run(*a, **kw):
+        def done(so_far):
+            kw["done"](so_far)
+            written.append(len(json.loads(out.read_text())["programs"]))
+        return real(*a, **{**kw, "done": done})
+    monkeypatch.setattr(phased, "run", run)
+    assert main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
+                 "--quick", "--quiet", "--sizes", "4K", "--target-ms", "5", "--clock",
+                 "wall", "--json", str(out)]) == 0
+    assert written == [1, 2]
+    assert json.loads(out.read_text())["settings"]["clock"] == "wall"
 
 
 def test_the_seed_is_drawn_and_printed(capsys):

@@ -446,19 +446,33 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     if sizes:
         command += " --sizes %s" % ",".join(str(n) for n in sizes)
     command += " --rounds %d%s" % (rounds, " --quick" if args.quick else "")
+    if args.clock != phased.CPU:
+        command += " --clock %s" % args.clock
     nominal = sum(generated.estimate_s(p) for p in programs) * len(names) * rounds
     load = os.getloadavg()
     _output.say("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), table_out)
     _output.say("%s (replays this run); load average %.1f %.1f %.1f" % ((command,) + load),
                 table_out)
     _output.say("%d programs x %d candidates x %d rounds, about %s at the programs' nominal "
-                "pace (the progress line corrects it as it runs)" % (
+                "pace (the progress line corrects it as it runs); phases timed by %s" % (
                     len(programs), len(names), rounds,
-                    phased.format_duration(nominal * phased.PACE_GUESS)), table_out)
+                    _output.duration(nominal * phased.PACE_GUESS),
+                    "their thread's CPU time" if args.clock == phased.CPU
+                    else "the elapsed time"), table_out)
     table_out.flush()
+    settings = {"command": command, "seed": seed if args.generated else None,
+                "rounds": rounds, "candidates": names, "cold_pool": pool, "clock": args.clock,
+                "load_average": {"start": list(load)}}
+
+    def keep(so_far: list[phased.ProgramResult]) -> None:
+        # a long run keeps what it measured if it is stopped
+        if args.json and args.json != "-":
+            _output.dump_json(phased.to_json(so_far, settings), args.json)
+
     progress = _output.Progress("programs", quiet=args.quiet)
     try:
-        results = phased.run(programs, names, rounds=rounds, progress=progress)
+        results = phased.run(programs, names, rounds=rounds, progress=progress, done=keep,
+                             clock=args.clock)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -474,9 +488,7 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     if drawn:
         judged = phased.report_generated(drawn, table_out)
     if args.json:
-        settings = {"command": command, "seed": seed if args.generated else None,
-                    "rounds": rounds, "candidates": names, "cold_pool": pool,
-                    "load_average": {"start": list(load), "end": list(after)}}
+        settings["load_average"]["end"] = list(after)
         _output.dump_json(phased.to_json(results, settings, judged), args.json, out)
         if args.json != "-":
             print("\nwrote %s" % args.json, file=table_out)
@@ -680,6 +692,10 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "warm again at 1-16 MiB; clear then use, one buffer and a pool walk, "
                         "16 KiB-64 MiB; --sizes picks sizes), every phase judged.  With "
                         "--generated, --sizes gives the range sizes are drawn from")
+    b.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="with --generated or --cases: time each phase by its thread's CPU "
+                        "time (default: a preemption by another process is left out) or "
+                        "by the elapsed time")
     b.add_argument("--scan", action="store_true",
                    help="only the zero scan section: is_zero against numpy's a.any(), "
                         "warm and cold, and its early exit (it follows the clear table "

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _adapt, _core
-from .._units import KiB, MiB
+from .._units import KiB, MiB, format_size
 from . import generated as G, measure as _measure
 from .programs import Slot, clearer
 
@@ -57,6 +57,10 @@ WORK_ONLY = "work only"
 AUTOS = (AUTO, CARRIED, STATIC)
 
 ORACLE = "the per-phase oracle"
+ROLES_ORACLE = "the roles' per-phase oracle"
+"""The same over the two routines auto chooses between only: what the
+learner could reach (the rest of the gap is which temporal or streaming
+routine, not which kind of stores)."""
 BEST = "the best fixed choice"
 
 #: The goals over generated programs (auto's ratio, per round).
@@ -70,6 +74,11 @@ RIVALS = (_measure.NUMPY_FILL, _measure.MEMSET)
 
 ROUNDS = 5
 QUICK_ROUNDS = 4
+
+SHORT_PHASE_S = 0.01
+"""Phases shorter than this are left out of the tables of where auto loses
+(kept in the JSON): a scheduler's tick or another process's burst is as
+long as they are."""
 
 FLUSH_MIN = 64 * MiB
 """Before each run the pool is read over twice the last-level cache, at
@@ -300,20 +309,26 @@ class Running:
         clear = _core.clear
         return lambda: clear(s.mv, method=name)  # type: ignore[arg-type]
 
-    def run(self, clear: Clear | None) -> list[float]:
-        """Seconds per phase, summed over the program's passes."""
-        times = [0.0] * len(self.program.phases)
+    def run(self, clear: Clear | None) -> tuple[list[float], list[float]]:
+        """(elapsed, CPU) seconds per phase, summed over the program's passes."""
+        wall = [0.0] * len(self.program.phases)
+        cpu = [0.0] * len(wall)
         for _ in range(self.program.passes):
-            for k in range(len(times)):
-                times[k] += self._phase(k, clear)
-        return times
+            for k in range(len(wall)):
+                w, c = self._phase(k, clear)
+                wall[k] += w
+                cpu[k] += c
+        return wall, cpu
 
-    def _phase(self, k: int, clear: Clear | None) -> float:
+    def _phase(self, k: int, clear: Clear | None) -> tuple[float, float]:
+        """(elapsed, CPU) seconds of phase k: the CPU time is the running
+        thread's, which a preemption by another process does not lengthen."""
         ph = self.program.phases[k]
         wm = self.work[k]
         foreign = self.foreign(ph)
         every = max(1, ph.foreign_every)
         clock = time.perf_counter_ns
+        cpu = time.thread_time_ns
         if clear is None:
             def clear(s: Slot) -> None:
                 return None
@@ -323,7 +338,7 @@ class Running:
             hot = self.slots[ph.buffers[0]]
             work = wm.for_size(hot.n)
             pages = self.pool.take(ph.page, ph.calls)
-            t0 = clock()
+            c0, t0 = cpu(), clock()
             for i, p in enumerate(pages):
                 clear(hot)
                 if work is not None:
@@ -331,7 +346,7 @@ class Running:
                 clear(p)
                 if foreign is not None and i % every == 0:
                     foreign()
-            return (clock() - t0) / 1e9
+            return (clock() - t0) / 1e9, (cpu() - c0) / 1e9
         if ph.place == G.WALK:
             seq = self.pool.take(ph.page, ph.calls)
             work = wm.for_size(ph.page)
@@ -343,11 +358,11 @@ class Running:
             works = made if len(made) > 1 else None
             work = next(iter(made.values()))
         if work is None and foreign is None:
-            t0 = clock()
+            c0, t0 = cpu(), clock()
             for s in seq:
                 clear(s)
-            return (clock() - t0) / 1e9
-        t0 = clock()
+            return (clock() - t0) / 1e9, (cpu() - c0) / 1e9
+        c0, t0 = cpu(), clock()
         for i, s in enumerate(seq):
             clear(s)
             w = work if works is None else works[s.n]
@@ -355,22 +370,27 @@ class Running:
                 w(s, i)
             if foreign is not None and i % every == 0:
                 foreign()
-        return (clock() - t0) / 1e9
+        return (clock() - t0) / 1e9, (cpu() - c0) / 1e9
 
     def _threads(self, ph: G.Phase, wm: _WorkMaker, clear: Clear,
-                 foreign: Callable[[], Any] | None, every: int) -> float:
+                 foreign: Callable[[], Any] | None, every: int) -> tuple[float, float]:
+        """Both threads from the same start; the CPU time is the longer
+        thread's own."""
         a, b = (self.slots[i] for i in ph.buffers)
         go = threading.Barrier(3)
+        spent = [0, 0]
 
         def body(s: Slot, lead: bool) -> None:
             work = wm.for_size(s.n)
             go.wait()
+            c0 = time.thread_time_ns()
             for i in range(ph.calls):
                 clear(s)
                 if work is not None:
                     work(s, i)
                 if lead and foreign is not None and i % every == 0:
                     foreign()
+            spent[lead] = time.thread_time_ns() - c0
 
         threads = [threading.Thread(target=body, args=(a, True)),
                    threading.Thread(target=body, args=(b, False))]
@@ -380,7 +400,7 @@ class Running:
         go.wait()
         for t in threads:
             t.join()
-        return (time.perf_counter_ns() - t0) / 1e9
+        return (time.perf_counter_ns() - t0) / 1e9, max(spent) / 1e9
 
     def close(self) -> None:
         _drop(self.slots)
@@ -424,8 +444,9 @@ def candidate(name: str) -> Candidate:
     return Candidate(name, clearer(name))
 
 
-def run_once(running: Running, cand: Candidate) -> list[float]:
-    """One run of the program with cand, from the same cache state as any."""
+def run_once(running: Running, cand: Candidate) -> tuple[list[float], list[float]]:
+    """One run of the program with cand, from the same cache state as any:
+    (elapsed, CPU) seconds per phase."""
     if cand.before is not None:
         cand.before()
     running.pool.flush()
@@ -441,14 +462,28 @@ def run_once(running: Running, cand: Candidate) -> list[float]:
 # ---- results ----------------------------------------------------------------------
 
 
+CPU, WALL = "cpu", "wall"
+CLOCKS = (CPU, WALL)
+"""What a phase's time is: the CPU time of the thread that ran it (the
+longer of two threads), or the elapsed time.  CPU time leaves out the time
+the process was preempted (on a shared machine, spikes of tens of ms land on
+phases of a few ms) and the time it slept (a sleep still lets other
+processes evict the cache, which stays in the figure)."""
+
+
 @dataclasses.dataclass
 class ProgramResult:
-    """One program: seconds per phase, per round, per candidate."""
+    """One program: seconds per phase, per round, per candidate, by the
+    clock judged on (``times``) and by the other one (``other``)."""
 
     program: G.Program
     times: dict[str, list[list[float]]]
     fixed: list[str]
     wall_s: float = 0.0
+    clock: str = CPU
+    other: dict[str, list[list[float]]] = dataclasses.field(default_factory=dict)
+    roles: tuple[str, ...] = ()
+    """The two routines auto chooses between (temporal, streaming)."""
 
     @property
     def rounds(self) -> int:
@@ -471,25 +506,28 @@ class ProgramResult:
         """The fixed choice fastest on the whole program."""
         return min(self.fixed, key=lambda n: statistics.median(self.totals(n)))
 
-    def fastest(self, series: Callable[[str], list[float]]) -> list[float]:
+    def fastest(self, series: Callable[[str], list[float]],
+                among: Sequence[str] | None = None) -> list[float]:
         """Per round r: the time in round r of the fixed choice whose median
         over the *other* rounds is lowest (over all of them when there is
         one round).  So a round's own noise never picks the best it is
         compared with: a minimum over many near-tied candidates, taken on
         the rounds it then scores, would flatter the best by the noise."""
-        data = {n: series(n) for n in self.fixed}
+        names = [n for n in (among or self.fixed) if n in self.times]
+        data = {n: series(n) for n in names}
         out = []
         for r in range(self.rounds):
             def others(n: str, r: int = r) -> float:
                 xs = [x for i, x in enumerate(data[n]) if i != r] or data[n]
                 return statistics.median(xs)
-            out.append(data[min(self.fixed, key=others)][r])
+            out.append(data[min(names, key=others)][r])
         return out
 
     def reference(self, ref: str) -> list[float]:
         """Per round: the oracle's, the best fixed choice's or a candidate's time."""
-        if ref == ORACLE:
-            per_phase = [self.fastest(functools.partial(self._phase_of, k=k))
+        if ref in (ORACLE, ROLES_ORACLE):
+            among = self.roles if ref == ROLES_ORACLE and self.roles else None
+            per_phase = [self.fastest(functools.partial(self._phase_of, k=k), among)
                          for k in range(len(self.program.phases))]
             return [sum(p[r] for p in per_phase) for r in range(self.rounds)]
         if ref == BEST:
@@ -525,61 +563,44 @@ class ProgramResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"program": self.program.to_json(), "describe": G.describe(self.program),
-                "times": self.times, "fixed": self.fixed, "wall_s": self.wall_s}
+                "clock": self.clock, "times": self.times, "other_clock": self.other,
+                "fixed": self.fixed, "roles": list(self.roles), "wall_s": self.wall_s}
 
 
 # ---- running many -----------------------------------------------------------------
 
 
 PACE_GUESS = 1.3
-"""Seconds a run takes per nominal second of its programs, until measured
-(setup, the cache flush before each run, work slower than nominal)."""
-
-
-class Clock:
-    """The time left, from the programs' nominal times corrected by the pace
-    measured so far."""
-
-    def __init__(self, nominal: Sequence[float], runs_each: int) -> None:
-        self.left = [x * runs_each for x in nominal]
-        self.total_nominal = sum(self.left)
-        self.done_nominal = 0.0
-        self.start = time.monotonic()
-        self.pace = PACE_GUESS
-        """Measured seconds per nominal second."""
-
-    def advance(self, nominal: float) -> None:
-        self.done_nominal += nominal
-        spent = time.monotonic() - self.start
-        if self.done_nominal > 0:
-            self.pace = spent / self.done_nominal
-
-    def remaining_s(self) -> float:
-        return max(0.0, (self.total_nominal - self.done_nominal) * self.pace)
-
-
-def format_duration(s: float) -> str:
-    if s < 90:
-        return "%d s" % round(s)
-    if s < 5400:
-        return "%d min" % round(s / 60)
-    return "%.1f h" % (s / 3600)
+"""Seconds a run takes per nominal second of its programs (setup, the cache
+flush before each run, work slower than nominal), for the estimate printed
+before a run starts."""
 
 
 def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = ROUNDS,
-        pool_bytes: int | None = None,
-        progress: Callable[[int, int, str], None] | None = None) -> list[ProgramResult]:
-    """Every program, every candidate, ``rounds`` interleaved rounds."""
+        pool_bytes: int | None = None, clock: str = CPU,
+        progress: Callable[[int, int, str], None] | None = None,
+        done: Callable[[list[ProgramResult]], None] | None = None) -> list[ProgramResult]:
+    """Every program, every candidate, ``rounds`` interleaved rounds, judged
+    on ``clock`` (CPU or WALL).
+    done(results so far) is called after each program (a long run keeps
+    what it measured if it is stopped)."""
     if not _measure.have_numpy():
         raise ValueError("the program benchmark needs numpy (its programs use it)")
+    if clock not in CLOCKS:
+        raise ValueError("clock must be one of %s, not %r" % (", ".join(CLOCKS), clock))
     cands = [candidate(n) for n in names]
+    th = _core.thresholds()
+    roles = (th.temporal, th.streaming)
     l3 = _core.cpu().last_cache or G.DEFAULT_L3
     size = pool_bytes or _measure.cold_pool_size()
     biggest = max([n for p in programs for ph in p.phases for n in p.sizes(ph)
                    if ph.place in (G.WALK, G.HOT_POOL)] or [0])
     size = max(size, biggest * _measure.COLD_MIN_SLOTS)
-    clock = Clock([G.estimate_s(p) for p in programs], rounds * len(cands))
-    total = len(programs) * rounds
+    # Progress counts nominal milliseconds, so that its time left weighs a
+    # long program as long.
+    nominal = [max(1, round(G.estimate_s(p) * 1000)) * len(cands) for p in programs]
+    total = sum(nominal) * rounds
+    done_ms = 0
     out = []
     pool = Pool(size, l3)
     try:
@@ -587,22 +608,25 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
             running = Running(prog, pool)
             start = time.monotonic()
             times: dict[str, list[list[float]]] = {c.name: [] for c in cands}
-            nominal = G.estimate_s(prog) * len(cands)
+            other: dict[str, list[list[float]]] = {c.name: [] for c in cands}
             try:
                 gc.collect()
                 for r in range(rounds):
                     shift = r % len(cands)
                     for c in cands[shift:] + cands[:shift]:
-                        times[c.name].append(run_once(running, c))
-                    clock.advance(nominal)
+                        wall, cpu = run_once(running, c)
+                        times[c.name].append(cpu if clock == CPU else wall)
+                        other[c.name].append(wall if clock == CPU else cpu)
+                    done_ms += nominal[i]
                     if progress is not None:
-                        progress(i * rounds + r + 1, total, "%s (%d/%d), %s left" % (
-                            prog.name, i + 1, len(programs),
-                            format_duration(clock.remaining_s())))
+                        progress(done_ms, total, "%s (%d/%d)" % (prog.name, i + 1,
+                                                                 len(programs)))
             finally:
                 running.close()
             out.append(ProgramResult(prog, times, fixed_names(names),
-                                     time.monotonic() - start))
+                                     time.monotonic() - start, clock, other, roles))
+            if done is not None:
+                done(out)
     finally:
         pool.close()
     return out
@@ -743,6 +767,26 @@ class PhaseRow:
     best: str
     weight: float
     """The phase's share of the program's best time."""
+    seconds: float
+    """The phase's best fixed choice's median time."""
+    position: str
+    """'first' (the program's first phase), 'changed' (a phase after another)."""
+    length: str
+    """The phase's steps, banded."""
+    like: str
+    """The fixed choice whose median time on the phase is nearest auto's:
+    what auto ran like."""
+    carried: float
+    """auto carried's median ratio (the learner kept from the runs before)."""
+    static: float
+    """auto static's median ratio (adaptation off)."""
+
+
+def length_band(calls: int) -> str:
+    return "<200" if calls < 200 else "200-999" if calls < 1000 else ">=1000"
+
+
+LENGTHS = ("<200", "200-999", ">=1000")
 
 
 def phase_rows(results: Sequence[ProgramResult], name: str = AUTO) -> list[PhaseRow]:
@@ -754,11 +798,19 @@ def phase_rows(results: Sequence[ProgramResult], name: str = AUTO) -> list[Phase
         for k, ph in enumerate(prog.phases):
             n = G.phase_bytes(prog, ph)
             best = res.phase_best(k)
+            mine = statistics.median(res.phase(name, k))
+            like = min(res.fixed, key=lambda f: abs(
+                math.log(statistics.median(res.phase(f, k)) / mine)) if mine > 0 else 0.0)
+
+            def ratio(who: str, k: int = k, res: ProgramResult = res) -> float:
+                return _median(res.phase_ratios(who, k)) if who in res.times else math.nan
             rows.append(PhaseRow(
                 prog.name, k, ph.place, ph.work, n, size_band(n, cpu.l2, cpu.l3),
-                use_band(res.work_share(k)), ph.calls,
-                statistics.median(res.phase_ratios(name, k)), best,
-                statistics.median(res.phase(best, k)) / best_total))
+                use_band(res.work_share(k)), ph.calls, ratio(name), best,
+                statistics.median(res.phase(best, k)) / best_total,
+                statistics.median(res.phase(best, k)),
+                "first" if k == 0 and prog.passes == 1 else "changed",
+                length_band(ph.calls * prog.passes), like, ratio(CARRIED), ratio(STATIC)))
     return rows
 
 
@@ -882,27 +934,48 @@ def report_generated(results: Sequence[ProgramResult], out: Any,
         if name not in results[0].times:
             continue
         per = [[_median(r.ratios(name, ref)) for r in results]
-               for ref in (ORACLE, BEST, _measure.NUMPY_FILL, _measure.MEMSET)]
+               for ref in (ORACLE, ROLES_ORACLE, BEST, _measure.NUMPY_FILL, _measure.MEMSET)]
         rows.append([name] + ["%.2f (%.2f)" % (_median(xs), percentile(xs, 0.1))
                               for xs in per])
-    _table(["candidate", "/oracle", "/best", "/numpy.fill", "/memset"], rows, out)
+    _table(["candidate", "/oracle", "/roles", "/best", "/numpy", "/memset"], rows, out)
     _say("each: median over programs (10th percentile); /X: X's time over the "
-         "candidate's; oracle: the fastest fixed choice of each phase, summed; best: the "
-         "fastest fixed choice of the whole program", out)
+         "candidate's; oracle: the fastest fixed choice of each phase, summed; roles: the "
+         "same over the temporal and the streaming routine alone (what auto chooses "
+         "between); best: the fastest fixed choice of the whole program", out)
     prows = phase_rows(results)
+    kept = [r for r in prows if r.seconds >= SHORT_PHASE_S]
     print(file=out)
-    _say("where auto loses: %d phases, auto's median ratio to the phase's best fixed "
-         "choice, by size (against the caches), place, work and the work's measured "
-         "time against the clears'" % len(prows), out)
+    _say("where auto loses: its median ratio to the phase's best fixed choice over %d "
+         "phases (%d shorter than %d ms left out: noise of the machine, not of the "
+         "choice, decides them), by size against the caches, place, work, the work's "
+         "measured time against the clears', steps in the phase, and whether it follows "
+         "another phase" % (len(kept), len(prows) - len(kept), SHORT_PHASE_S * 1000), out)
     head = ["", "phases", "median", "p10", "<0.9", "worst", "best most often"]
     for label, key, order in (
             ("size", lambda r: r.band, ("<16K", "<L2/8", "<L2", "<L3/4", "<L3", ">=L3")),
             ("place", lambda r: r.place, G.PLACES),
             ("work", lambda r: r.work, G.WORKS),
-            ("use", lambda r: r.use, ("none", "<1x", "1-5x", ">=5x"))):
-        rows = losses_by(prows, key, order)
+            ("use", lambda r: r.use, ("none", "<1x", "1-5x", ">=5x")),
+            ("steps", lambda r: r.length, LENGTHS),
+            ("phase", lambda r: r.position, ("first", "changed"))):
+        rows = losses_by(kept, key, order)
         print(file=out)
         _table([label] + head[1:], rows, out, optional=(6,))
+    print(file=out)
+    _say("the %d phases where auto does worst (like: the fixed choice auto's time is "
+         "nearest; carried, static: their ratios on the phase):" % min(worst, len(kept)),
+         out)
+    rows = []
+    by_name = {x.program.name: x for x in results}
+    for pr in sorted(kept, key=lambda r: r.ratio)[:worst]:
+        ph = by_name[pr.program].program.phases[pr.index]
+        sizes = "+".join(format_size(n, "") for n in by_name[pr.program].program.sizes(ph))
+        rows.append(["%s/%d" % (pr.program, pr.index), "%.2f" % pr.ratio, pr.best, pr.like,
+                     "%.2f" % pr.carried, "%.2f" % pr.static,
+                     "%s %s x%d %s%s" % (pr.place, sizes, pr.calls, pr.work,
+                                         " %.1f" % ph.factor if ph.factor else "")])
+    _table(["phase", "auto", "best", "like", "carried", "static", "what"], rows, out,
+           optional=(5, 4))
     print(file=out)
     ranked = sorted(results, key=lambda r: _median(r.ratios(AUTO, ORACLE)))[:worst]
     _say("the %d programs where auto does worst against the oracle (replay one: "
@@ -922,7 +995,8 @@ def report_generated(results: Sequence[ProgramResult], out: Any,
 def from_json(data: dict[str, Any]) -> list[ProgramResult]:
     """The results of a run, from what ``to_json`` wrote (``--json``)."""
     return [ProgramResult(G.Program.from_json(p["program"]), p["times"], p["fixed"],
-                          p.get("wall_s", 0.0)) for p in data["programs"]]
+                          p.get("wall_s", 0.0), p.get("clock", WALL), p.get("other_clock", {}),
+                          tuple(p.get("roles", ()))) for p in data["programs"]]
 
 
 def to_json(results: Sequence[ProgramResult], settings: dict[str, Any],
