@@ -6,7 +6,7 @@ it parses the arguments, acquires the buffers, asks the native policy
 direct call, larger or threaded work as a job run in time slices without the
 GIL (Ctrl-C stops it between slices).  What it declines comes here: the
 functions below explain refusals with the package's messages, clear strided
-numpy arrays run by run, or normalize an argument (an int subclass for
+numpy arrays extent by extent, or normalize an argument (an int subclass for
 threads, a list for hot=) and call back in.
 """
 
@@ -84,9 +84,9 @@ else:
 # ---- what the native entry declines ---------------------------------------
 
 
-def _refuse(buf: Any, err: str) -> Any:
-    """Explain why buf cannot be cleared as one extent; strided numpy arrays
-    come back as their runs (addresses, lengths, nbytes)."""
+def _refuse(buf: Any, err: str) -> int:
+    """Explain why buf cannot be cleared as one extent; for a strided numpy
+    array, which the native side clears extent by extent, its nbytes."""
     try:
         mv = memoryview(buf)
     except TypeError:
@@ -101,10 +101,10 @@ def _refuse(buf: Any, err: str) -> Any:
         if not mv.c_contiguous:
             # Fortran-ordered arrays too: a writable buffer is asked in C order.
             if type(buf).__module__.split(".")[0] == "numpy":
-                return _numpy_runs(buf)
+                return int(mv.nbytes)
             raise ValueError(
                 "the %s is not C-contiguous; pass a C-contiguous buffer or a numpy array "
-                "(whose strided views clearpages clears run by run)" % type(buf).__name__)
+                "(whose strided views clearpages clears extent by extent)" % type(buf).__name__)
     raise TypeError("cannot clear %s: %s" % (type(buf).__name__, err))
 
 
@@ -118,29 +118,6 @@ def _is_buffer(obj: Any) -> bool:
     except (BufferError, ValueError):
         pass
     return True
-
-
-def _numpy_runs(a: Any) -> tuple[Any, Any, int]:
-    """(addresses, lengths, nbytes) of the contiguous runs of a strided array."""
-    import numpy as np
-
-    # Innermost (smallest) strides last whatever the order, so that Fortran
-    # order and transposes collapse into long runs: order does not matter.
-    dims = sorted(((s, st) for s, st in zip(a.shape, a.strides) if s != 1),
-                  key=lambda d: abs(d[1]), reverse=True)
-    run = a.itemsize
-    while dims and dims[-1][1] == run:
-        run *= dims[-1][0]
-        dims.pop()
-    if a.size == 0:
-        empty = np.zeros(0, dtype=np.uint64)
-        return empty, empty, 0
-    off = np.zeros(1, dtype=np.int64)
-    for size, stride in dims:
-        off = (off[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
-    addrs = (off + a.__array_interface__["data"][0]).astype(np.uint64)
-    lens = np.full(addrs.size, run, dtype=np.uint64)
-    return addrs, lens, int(a.nbytes)
 
 
 def _check_method(method: Any, region_ok: bool = False) -> str:
@@ -230,13 +207,13 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
         _fast.clear_exact(buf, method=method, threads=threads, hot=hot)
         return
     if err is not None:
-        addrs, lens, nbytes = _refuse(buf, err)      # raises unless strided numpy
+        nbytes = _refuse(buf, err)      # raises unless strided numpy
         if hot is not None:
-            # Strided arrays are cleared run by run, with no hot range or word.
+            # Strided arrays are cleared extent by extent, with no hot= hint.
             _check_hot(hot, nbytes, strided=True)
             raise ValueError(_HOT_STRIDED)
         _check_runnable(method)
-        _fast.clear_extents(addrs, lens, method=method, threads=threads)
+        _fast.clear_strided(buf, method=method, threads=threads)
         return
     if hot is not None:
         with memoryview(buf) as mv:
@@ -293,7 +270,7 @@ def _declined_many(seq: tuple[Any, ...], method: Any, threads: Any,
 
 
 def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
-    """Addresses and lengths of every piece, strided arrays run by run;
+    """Addresses and lengths of every piece, strided arrays extent by extent;
     the buffer exports that must outlive the clear (they stop a resize or
     close in another thread) go into exports, for the caller to release.
     Raises (before anything is written) on the first unusable buffer."""
@@ -316,19 +293,20 @@ def _many_slow(bufs: Sequence[Any], exports: list[Any]) -> tuple[Any, Any]:
             lens.append(len(c))
             continue
         try:
-            runs = _refuse(b, err)
+            _refuse(b, err)
         except (TypeError, ValueError) as e:
             raise type(e)("clear_many: buffer %d: %s" % (i, e)) from None
-        addrs.extend(int(a) for a in runs[0])
-        lens.extend(int(m) for m in runs[1])
+        extent_addrs, extent_lens = _fast.extents_of(b)
+        addrs.frombytes(extent_addrs)
+        lens.frombytes(extent_lens)
         strided = i
     if tensors:
         # The native entry takes tensors, and hands a call here only for
-        # a buffer it clears run by run from Python.
+        # a buffer it clears extent by extent from Python.
         raise TypeError("clear_many: buffer %d is a tensor, which one call takes only "
                         "beside buffers it can take whole, and %s: clear the tensors in a "
                         "clear_many of their own" % (tensors[0], (
-                            "buffer %d is strided (cleared run by run)" % strided
+                            "buffer %d is strided (cleared extent by extent)" % strided
                             if strided >= 0 else "another buffer here is not")))
     return addrs, lens
 

@@ -330,7 +330,7 @@ def _read_only(a):
 
 
 def test_clear_many_of_a_tensor_and_a_strided_array_says_to_split_them():
-    """A strided numpy array is cleared run by run from Python, which takes
+    """A strided numpy array is cleared extent by extent from Python, which takes
     no tensors: the call says so, and nothing is written."""
     a, s = filled(64), filled((8, 8))
     with pytest.raises(TypeError, match=r"buffer 0 is a tensor.*buffer 1 is strided"):

@@ -362,6 +362,60 @@ def test_strided_views_are_read_correctly():
     assert cp.is_zero(memoryview(bytes(1000))[::7])
 
 
+def test_views_whose_elements_share_bytes_are_read_once():
+    """A stride of 0 (broadcast_to) and windows that overlap (as_strided)
+    name bytes many times: the scan reads the union of them, so a view of
+    2**40 elements over 8 bytes answers at once, and a nonzero byte under
+    any element is seen."""
+    from numpy.lib.stride_tricks import as_strided
+
+    base = np.zeros(8, dtype=np.uint8)
+    huge = as_strided(base, shape=(1 << 20, 1 << 20, 8), strides=(0, 0, 1))
+    assert cp.is_zero(huge)
+    base[7] = 1
+    assert not cp.is_zero(huge)
+    a = np.zeros(4096, dtype=np.uint8)
+    windows = as_strided(a, shape=(4096 - 63, 64), strides=(1, 1))    # every 64-byte window
+    assert cp.is_zero(windows)
+    for i in (0, 63, 2000, 4095):
+        a[:] = 0
+        a[i] = 5
+        assert not cp.is_zero(windows), i
+    sparse = as_strided(a, shape=(64, 3), strides=(64, 1))     # 3 bytes of each 64
+    a[:] = 0
+    a[5] = 1                                                    # between the elements
+    assert cp.is_zero(sparse)
+    a[64 * 9 + 2] = 1
+    assert not cp.is_zero(sparse)
+
+
+def test_random_layouts_are_read_as_their_elements():
+    """Shapes and strides drawn at random over one base (overlapping,
+    repeated, disjoint, negative): is_zero is numpy's any() of the view,
+    for a nonzero byte anywhere in the base."""
+    from numpy.lib.stride_tricks import as_strided
+
+    rng = np.random.default_rng(11)
+    base = np.zeros(6000, dtype=np.uint8)
+    for _ in range(300):
+        ndim = int(rng.integers(1, 4))
+        item = int(rng.choice([1, 2, 8]))
+        shape = [int(rng.integers(1, 6)) for _ in range(ndim)]
+        strides = [int(rng.choice([0, 1, item, 3 * item, 40, 256, -item, -40])) for _ in shape]
+        lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+        hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + item
+        start = -lo
+        if start + hi > base.size:
+            continue
+        v = as_strided(base[start:].view(np.uint8), shape=shape + [item],
+                       strides=strides + [1], writeable=False)
+        base[:] = 0
+        assert cp.is_zero(v), (shape, strides, item)
+        i = int(rng.integers(0, base.size))
+        base[i] = 9
+        assert cp.is_zero(v) == (not v.any()), (shape, strides, item, i)
+
+
 def test_is_zero_is_a_bytes_test():
     """Every byte, not every value: -0.0 is a nonzero byte."""
     assert not cp.is_zero(np.array([0.0, -0.0]))

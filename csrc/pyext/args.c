@@ -41,6 +41,23 @@ int threads_value(PyObject *t)
     return DECLINE;
 }
 
+/* method and threads of an entry Python calls with normalized arguments
+ * (decide, clear_extents, clear_strided), once the configuration is
+ * there: 0 with *idx and *threads set, else -1 with an error set (a
+ * ValueError naming fn is a bug: Python normalizes them). */
+int normalized_method_threads(const char *fn, PyObject *method, PyObject *threads, int *idx,
+                              int *nthreads)
+{
+    if (ensure_ready() < 0)
+        return -1;
+    *idx = method_index(method);
+    *nthreads = threads_value(threads);
+    if (*idx != DECLINE && *nthreads != DECLINE)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: not a usable method or thread count", fn);
+    return -1;
+}
+
 /* page_size: not given (NULL or None) a Region's own page size, else
  * DEFAULT_PAGE_SIZE; an exact int from 1 to MAX_SIZE as it is; 0 otherwise
  * (other spellings, "2m" and the like, and bad values: Python reads or

@@ -163,13 +163,9 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
     PyObject *threads = NULL, *method = NULL, *hot = Py_None;
     if (!PyArg_ParseTuple(args, "K|KOOO", &n, &count, &threads, &method, &hot))
         return NULL;
-    if (ensure_ready() < 0)
+    int idx, t;
+    if (normalized_method_threads("decide", method, threads, &idx, &t) < 0)
         return NULL;
-    int idx = method_index(method), t = threads_value(threads);
-    if (idx == DECLINE || t == DECLINE) {
-        PyErr_SetString(PyExc_ValueError, "decide: not a usable method or thread count");
-        return NULL;
-    }
     unsigned long long hot_n = 0;
     int hint = hot == Py_None ? CP_POLICY_HOT_NONE : hot == Py_True ? CP_POLICY_HOT_ALL
              : hot == Py_False ? CP_POLICY_NOT_SOON : CP_POLICY_HOT_RANGE;

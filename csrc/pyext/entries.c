@@ -450,13 +450,9 @@ PyObject *fast_clear_extents(PyObject *self, PyObject *const *args, Py_ssize_t n
     struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
     if (parse_args("clear_extents", args, nargs, kwnames, 2, 2, pos, extents_pos, kws, 2) < 0)
         return NULL;
-    if (ensure_ready() < 0)
+    int idx, nthreads;
+    if (normalized_method_threads("clear_extents", method, threads, &idx, &nthreads) < 0)
         return NULL;
-    int idx = method_index(method), nthreads = threads_value(threads);
-    if (idx == DECLINE || nthreads == DECLINE) {
-        PyErr_SetString(PyExc_ValueError, "clear_extents: bad method or threads");
-        return NULL;
-    }
     Py_buffer a, l;
     if (PyObject_GetBuffer(pos[0], &a, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
@@ -477,6 +473,85 @@ PyObject *fast_clear_extents(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyBuffer_Release(&a);
     PyBuffer_Release(&l);
     return res;
+}
+
+/* The extents a writable strided buffer's elements cover (strided.c),
+ * with the buffer held in *v: 0 (release *v and free *r after the clear),
+ * or -1 with an error set and nothing held. */
+static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_runs *r)
+{
+    if (entry_get_buffer(buf, v, PyBUF_RECORDS) < 0)
+        return -1;
+    _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "buffer shapes are int64");
+    int status = strided_runs(v->buf, 0, v->ndim, (const int64_t *)v->shape,
+                              (const int64_t *)v->strides, 1, (uint64_t)v->itemsize, r);
+    if (status == STRIDED_OK)
+        return 0;
+    PyBuffer_Release(v);
+    if (status == STRIDED_NO_MEMORY)
+        PyErr_NoMemory();
+    else        /* no exporter describes such memory: a broken one */
+        PyErr_SetString(PyExc_ValueError, "the buffer's shape and strides describe memory "
+                        "beyond the address space");
+    return -1;
+}
+
+/* clear_strided(buf, *, method, threads): a writable strided buffer (a
+ * strided numpy array Python sent here), its extents in one job, the
+ * buffer held throughout.  Arguments are normalized by Python. */
+static const char *const strided_pos[] = {"buf"};
+
+PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    (void)self;
+    PyObject *buf = NULL, *method = NULL, *threads = NULL;
+    struct kw kws[] = {{kw_names[0], &method}, {kw_names[1], &threads}};
+    if (parse_args("clear_strided", args, nargs, kwnames, 1, 1, &buf, strided_pos, kws, 2) < 0)
+        return NULL;
+    int idx, nthreads;
+    if (normalized_method_threads("clear_strided", method, threads, &idx, &nthreads) < 0)
+        return NULL;
+    Py_buffer v;
+    struct strided_runs r;
+    if (strided_buffer(buf, &v, &r) < 0)
+        return NULL;
+    int rc = r.nruns ? clear_extents(r.addrs, r.lens, r.nruns, r.len, idx, nthreads)
+           : r.len ? clear_extents(&r.base, &r.len, 1, r.len, idx, nthreads) : 0;
+    strided_runs_free(&r);
+    PyBuffer_Release(&v);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* extents_of(buf) -> (addrs, lens): strided_buffer's extents as two bytes
+ * objects of native uint64 each, ascending (clear_many's slow path joins
+ * them with its other pieces for clear_extents). */
+PyObject *fast_extents_of(PyObject *self, PyObject *buf)
+{
+    (void)self;
+    Py_buffer v;
+    struct strided_runs r;
+    if (strided_buffer(buf, &v, &r) < 0)
+        return NULL;
+    PyBuffer_Release(&v);
+    size_t n = r.nruns ? r.nruns : r.len != 0;
+    PyObject *a = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
+    PyObject *l = a ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8)) : NULL;
+    if (l) {
+        uint64_t *ap = (uint64_t *)PyBytes_AS_STRING(a), *lp = (uint64_t *)PyBytes_AS_STRING(l);
+        for (size_t i = 0; i < n; i++) {
+            ap[i] = (uint64_t)(uintptr_t)(r.nruns ? r.addrs[i] : r.base);
+            lp[i] = r.nruns ? r.lens[i] : r.len;
+        }
+    }
+    strided_runs_free(&r);
+    if (!l) {
+        Py_XDECREF(a);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", a, l);
 }
 
 /* ---- pages ------------------------------------------------------------------ */

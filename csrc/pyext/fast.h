@@ -97,6 +97,8 @@ enum { AUTO = CP_POLICY_AUTO, DECLINE = -2 };
 
 int method_index(PyObject *m);
 int threads_value(PyObject *t);
+int normalized_method_threads(const char *fn, PyObject *method, PyObject *threads, int *idx,
+                              int *nthreads);
 size_t page_size_value(PyObject *ps, PyObject *buf);
 int is_refusal(void);
 PyObject *take_refusal(void);
@@ -167,6 +169,8 @@ PyObject *fast_clear_many_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObj
 PyObject *fast_clear_pages(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_clear_pages_exact(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
 PyObject *fast_clear_extents(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_clear_strided(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+PyObject *fast_extents_of(PyObject *, PyObject *);
 
 extern const char configure_doc[];
 PyObject *fast_configure(PyObject *, PyObject *, PyObject *);
@@ -211,6 +215,15 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
                  const int64_t *strides, int64_t unit, uint64_t item,
                  struct strided_runs *out);
 void strided_runs_free(struct strided_runs *r);
+/* The same extents, in address order, handed to visit(ctx, addrs, lens, n)
+ * a batch at a time as they are found, with no list of them all made (a
+ * scan can stop at the first that answers): until visit returns nonzero,
+ * which goes into *stopped (0: every extent was visited).  A status as
+ * strided_runs's. */
+typedef int (*strided_visit)(void *ctx, char *const *addrs, const size_t *lens, size_t n);
+int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                 const int64_t *strides, int64_t unit, uint64_t item, strided_visit visit,
+                 void *ctx, int *stopped);
 
 /* ---- dlpack.c: tensors through DLPack ------------------------------------------------ */
 

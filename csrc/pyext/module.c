@@ -66,6 +66,12 @@ static PyMethodDef module_methods[] = {
      "clear_pages with normalized arguments; never declines."},
     {"clear_extents", (PyCFunction)(void (*)(void))fast_clear_extents, FASTCALL_KW,
      "clear_extents(addrs, lens, *, method, threads): extents of a strided buffer."},
+    {"clear_strided", (PyCFunction)(void (*)(void))fast_clear_strided, FASTCALL_KW,
+     "clear_strided(buf, *, method, threads): a writable strided buffer, extent by\n"
+     "extent in one job (normalized arguments)."},
+    {"extents_of", fast_extents_of, METH_O,
+     "extents_of(buf) -> (addrs, lens): the extents a writable strided buffer's\n"
+     "elements cover, as two bytes objects of native uint64, for clear_extents."},
     {"check_items", fast_check_items, METH_VARARGS,
      "check_items(obj, index=-1): TypeError if obj's items hold references\n"
      "(Python objects), which clearpages never clears."},

@@ -4,9 +4,8 @@
  * The buffer is acquired for reading (strided views with their strides),
  * the scanner of core/scan.c that Python chose (set_scan) runs over it,
  * without the GIL for large buffers and in slices so that Ctrl-C is seen
- * between them, and nothing is written.  A strided view is read run by run:
- * its dimensions ordered by stride, the innermost contiguous items merged
- * into one run.
+ * between them, and nothing is written.  A strided view is read extent by
+ * extent, as strided.c finds the bytes its elements cover.
  */
 
 #include <string.h>
@@ -143,65 +142,58 @@ static int scan_contiguous(const char *p, size_t n, int threads)
     return zero;
 }
 
-/* A strided view: its dimensions with negative strides flipped (the bytes
- * are the same set), ordered by stride, the innermost run of contiguous
- * items merged into one extent; each run scanned in turn. */
+/* A strided view is read extent by extent as strided.c finds them (the
+ * union of its elements' bytes, each byte once), stopping at the first
+ * extent that holds a nonzero byte. */
+struct strided_scan {
+    int threads;
+    size_t since;               /* bytes read since signals were last looked for */
+    int zero;                   /* 1, 0 (a nonzero byte) or -1 (an error is set) */
+};
+
+static int scan_some(void *ctx, char *const *addrs, const size_t *lens, size_t n)
+{
+    struct strided_scan *w = ctx;
+    size_t since = w->since;
+    int (*is_zero)(int, const void *, size_t, int) = scan.is_zero;
+    const int variant = scan.variant;
+    for (size_t i = 0; i < n; i++) {
+        int zero = lens[i] >= SCAN_GIL_MIN ? scan_extent(addrs[i], lens[i], w->threads)
+                                           : is_zero(variant, addrs[i], lens[i], 1);
+        if (zero <= 0) {
+            w->zero = zero;
+            return 1;
+        }
+        if ((since += lens[i]) >= SCAN_SLICE) {
+            since = 0;
+            if (PyErr_CheckSignals() < 0) {
+                w->zero = -1;
+                return 1;
+            }
+        }
+    }
+    w->since = since;
+    return 0;
+}
+
 static int scan_strided(const Py_buffer *v, int threads)
 {
-    int nd = v->ndim;
-    Py_ssize_t shape[64], stride[64];
-    const char *base = v->buf;
-    int m = 0;
-    if (nd > 64) {
-        PyErr_SetString(PyExc_ValueError, "is_zero: more than 64 dimensions");
+    struct strided_scan w = {threads, 0, 1};
+    int stopped;
+    _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "buffer shapes are int64");
+    int status = strided_walk(v->buf, 0, v->ndim, (const int64_t *)v->shape,
+                              (const int64_t *)v->strides, 1, (uint64_t)v->itemsize,
+                              scan_some, &w, &stopped);
+    if (status == STRIDED_NO_MEMORY) {
+        PyErr_NoMemory();
         return -1;
     }
-    for (int i = 0; i < nd; i++) {
-        if (v->shape[i] == 0)
-            return 1;
-        if (v->shape[i] == 1)
-            continue;
-        Py_ssize_t s = v->strides[i];
-        if (s < 0) {
-            base += (v->shape[i] - 1) * s;
-            s = -s;
-        }
-        int j = m++;
-        for (; j > 0 && stride[j - 1] < s; j--) {
-            shape[j] = shape[j - 1];
-            stride[j] = stride[j - 1];
-        }
-        shape[j] = v->shape[i];
-        stride[j] = s;
+    if (status < 0) {       /* no exporter describes such memory: a broken one */
+        PyErr_SetString(PyExc_ValueError, "is_zero: the buffer's shape and strides "
+                        "describe memory beyond the address space");
+        return -1;
     }
-    size_t run = (size_t)v->itemsize;
-    while (m > 0 && (size_t)stride[m - 1] == run) {
-        run *= (size_t)shape[m - 1];
-        m--;
-    }
-    if (m == 0)
-        return scan_extent(base, run, threads);
-    Py_ssize_t idx[64] = {0};
-    size_t since = 0;
-    for (;;) {
-        const char *p = base;
-        for (int i = 0; i < m; i++)
-            p += idx[i] * stride[i];
-        int zero = run >= SCAN_GIL_MIN ? scan_extent(p, run, threads)
-                                       : scan.is_zero(scan.variant, p, run, 1);
-        if (zero <= 0)
-            return zero;
-        if ((since += run) >= SCAN_SLICE) {
-            since = 0;
-            if (PyErr_CheckSignals() < 0)
-                return -1;
-        }
-        int i = m - 1;
-        while (i >= 0 && ++idx[i] == shape[i])
-            idx[i--] = 0;
-        if (i < 0)
-            return 1;
-    }
+    return w.zero;
 }
 
 /* An object with no buffer (the TypeError of scan_acquire pending): a

@@ -181,11 +181,42 @@ void strided_runs_free(struct strided_runs *r)
     r->nruns = 0;
 }
 
-int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *shape,
-                 const int64_t *strides, int64_t unit, uint64_t item,
-                 struct strided_runs *out)
+/* A layout made ready to walk: the extents are `inner` runs (offs, lens)
+ * of one pattern, repeated by an odometer over dims[outer..k) from start;
+ * or, with k == outer and the pattern one block, one extent. */
+struct layout {
+    uint64_t start;             /* the lowest byte any element covers */
+    uint64_t len;               /* 0: no element */
+    struct dim few[16], *dims;
+    int k, outer;
+    size_t inner;
+    uint64_t *offs, *lens;      /* the pattern's runs */
+    uint64_t one_off, block;    /* the pattern of one block (offs, lens point here) */
+    uint64_t count;             /* copies of the pattern's runs in all */
+};
+
+static void layout_free(struct layout *L)
 {
-    memset(out, 0, sizeof *out);
+    if (L->offs != &L->one_off) {
+        PyMem_Free(L->offs);
+        PyMem_Free(L->lens);
+    }
+    if (L->dims != L->few)
+        PyMem_Free(L->dims);
+    L->dims = L->few;
+    L->offs = &L->one_off;
+}
+
+/* Flip, order and merge the dimensions (see the top of this file); a
+ * negative status on failure, with nothing held (layout_free is harmless
+ * then too). */
+static int layout_of(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                     const int64_t *strides, int64_t unit, uint64_t item, struct layout *L)
+{
+    memset(L, 0, sizeof *L);
+    L->dims = L->few;
+    L->offs = &L->one_off;
+    L->lens = &L->block;
     int empty = 0;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
@@ -194,7 +225,7 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     }
     uint64_t start;
     int wraps = __builtin_add_overflow((uint64_t)(uintptr_t)data, offset, &start);
-    out->base = (char *)(uintptr_t)start;
+    L->start = start;
     if (empty)
         return STRIDED_OK;              /* no element: nothing is touched */
     if (!data)
@@ -204,11 +235,11 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     if (item == 0 || item >= ADDRESS_LIMIT)
         return STRIDED_TOO_LARGE;
 
-    struct dim few[16], *dims = ndim <= 16 ? few : PyMem_Malloc((size_t)ndim * sizeof *dims);
+    struct dim *dims = ndim <= 16 ? L->few : PyMem_Malloc((size_t)ndim * sizeof *dims);
     if (!dims)
         return STRIDED_NO_MEMORY;
+    L->dims = dims;
     int status = STRIDED_TOO_LARGE, k = 0;
-    uint64_t *offs = NULL, *lens = NULL;
     /* Dimensions that add bytes: more than one element and a stride. */
     uint64_t below = 0;                 /* how far negative strides reach down */
     int64_t c_order = (int64_t)item;    /* the stride of C order (strides NULL) */
@@ -220,26 +251,26 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
             if (n == 1 || strides[i] == 0)
                 continue;
             if (__builtin_mul_overflow(strides[i], unit, &s))
-                goto done;
+                goto fail;
         } else {
             s = c_order;
             if (__builtin_mul_overflow(c_order, n, &c_order))
-                goto done;
+                goto fail;
             if (n == 1)
                 continue;
         }
         uint64_t mag = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s, reach;
         if (__builtin_mul_overflow(mag, (uint64_t)(n - 1), &reach) || reach >= ADDRESS_LIMIT)
-            goto done;
+            goto fail;
         if (s < 0)
             below += reach;             /* both below 2**56: no overflow */
         if (below >= ADDRESS_LIMIT)
-            goto done;
+            goto fail;
         dims[k] = (struct dim){(uint64_t)n, mag, 0, 0};
         k++;
     }
     if (start < below || start - below >= ADDRESS_LIMIT)
-        goto done;
+        goto fail;
     start -= below;
     qsort(dims, (size_t)k, sizeof *dims, by_stride);
 
@@ -249,7 +280,7 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     for (; i < k && dims[i].stride <= block; i++) {
         block += dims[i].stride * (dims[i].n - 1);
         if (block >= ADDRESS_LIMIT)
-            goto done;
+            goto fail;
     }
     /* The spans above it; the last dimension whose copies interleave. */
     uint64_t span = block;
@@ -260,55 +291,93 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
             last = j;
         span += dims[j].stride * (dims[j].n - 1);
         if (span >= ADDRESS_LIMIT)
-            goto done;
+            goto fail;
     }
     if (start + span > ADDRESS_LIMIT)
-        goto done;
+        goto fail;
+    L->start = start;
+    L->block = block;
+    L->k = L->outer = k;
+    L->inner = 1;
+    L->count = 1;
     if (i == k) {                       /* one extent */
-        out->base = (char *)(uintptr_t)start;
-        out->len = span;
-        status = STRIDED_OK;
-        goto done;
+        L->block = L->len = span;
+        return STRIDED_OK;
     }
     /* The pattern that repeats: the block, or the interleaved dimensions. */
-    size_t inner = 1;
-    uint64_t inner_span = block, one_off = 0;
     if (last >= i) {
-        inner_span = dims[last].span + dims[last].stride * (dims[last].n - 1);
-        status = interleaved(dims + i, last + 1 - i, block, inner_span, &offs, &lens, &inner);
+        uint64_t inner_span = dims[last].span + dims[last].stride * (dims[last].n - 1);
+        status = interleaved(dims + i, last + 1 - i, block, inner_span, &L->offs, &L->lens,
+                             &L->inner);
         if (status < 0)
-            goto done;
-        status = STRIDED_TOO_LARGE;
-    } else {
-        offs = &one_off;
-        lens = &block;
+            goto fail;
     }
-    /* Copies of it along the outer dimensions, each disjoint: the runs. */
-    int outer = last >= i ? last + 1 : i;
-    uint64_t count = inner;
-    for (int j = outer; j < k; j++)
-        if (__builtin_mul_overflow(count, dims[j].n, &count))
+    /* Copies of it along the outer dimensions, each disjoint. */
+    L->outer = last >= i ? last + 1 : i;
+    L->count = L->inner;
+    uint64_t copies = 1, per = 0;
+    for (size_t r = 0; r < L->inner; r++)
+        per += L->lens[r];
+    for (int j = L->outer; j < k; j++)
+        if (__builtin_mul_overflow(L->count, dims[j].n, &L->count)
+            || __builtin_mul_overflow(copies, dims[j].n, &copies))
             goto no_memory;
-    if (count > bookkeeping_max() / (sizeof(char *) + sizeof(size_t)))
-        goto no_memory;
-    out->addrs = PyMem_Malloc((size_t)count * sizeof(char *));
-    out->lens = PyMem_Malloc((size_t)count * sizeof(size_t));
-    if (!out->addrs || !out->lens)
-        goto no_memory;
-    uint64_t at = 0;
-    size_t m = 0;
+    L->len = per * copies;              /* disjoint copies: below 2**56 */
+    return STRIDED_OK;
+
+no_memory:
+    status = STRIDED_NO_MEMORY;
+fail:
+    layout_free(L);
+    return status;
+}
+
+/* The extents of a ready layout, in address order and those that touch
+ * merged, handed to visit(ctx, addrs, lens, n) in batches of up to
+ * WALK_BATCH (one call per extent would cost a scan of small extents a
+ * third of its time), until it returns nonzero (returned). */
+#define WALK_BATCH 256
+
+static int layout_walk(struct layout *L, strided_visit visit, void *ctx)
+{
+    if (!L->len)
+        return 0;
+    const uint64_t start = L->start, *offs = L->offs, *lens = L->lens;
+    const size_t inner = L->inner;
+    struct dim *dims = L->dims;
+    const int k = L->k, outer = L->outer;
+    /* The innermost outer dimension is a plain loop (most extents come
+     * from it); the ones above it an odometer. */
+    const uint64_t n0 = outer < k ? dims[outer].n : 1, s0 = outer < k ? dims[outer].stride : 0;
+    char *addrs[WALK_BATCH];
+    size_t sizes[WALK_BATCH], m = 0;
+    uint64_t at = 0, end = 0;           /* end: where the last extent ends */
+    int rc;
     for (;;) {
-        for (size_t r = 0; r < inner; r++) {
-            uint64_t a = start + at + offs[r];
-            if (m && (uint64_t)(uintptr_t)out->addrs[m - 1] + out->lens[m - 1] == a) {
-                out->lens[m - 1] += lens[r];        /* touches the last: one run */
-            } else {
-                out->addrs[m] = (char *)(uintptr_t)a;
-                out->lens[m++] = lens[r];
+        uint64_t copy = start + at;
+        for (uint64_t t = 0; t < n0; t++, copy += s0) {
+            for (size_t r = 0; r < inner; r++) {
+                /* (Read once: a store to sizes[] could be to lens[] as far
+                 * as the compiler knows.) */
+                const uint64_t a = copy + offs[r], len = lens[r];
+                if (m && end == a) {
+                    sizes[m - 1] += len;        /* touches the last: one extent */
+                } else {
+                    if (m == WALK_BATCH) {
+                        /* the last may still grow: it opens the next batch */
+                        if ((rc = visit(ctx, addrs, sizes, m - 1)))
+                            return rc;
+                        addrs[0] = addrs[m - 1];
+                        sizes[0] = sizes[m - 1];
+                        m = 1;
+                    }
+                    addrs[m] = (char *)(uintptr_t)a;
+                    sizes[m++] = len;
+                }
+                end = a + len;
             }
-            out->len += lens[r];
         }
-        int j = outer;                  /* the odometer, innermost first */
+        int j = outer + 1;              /* the odometer, innermost first */
         for (; j < k; j++) {
             at += dims[j].stride;
             if (++dims[j].idx < dims[j].n)
@@ -316,28 +385,69 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
             at -= dims[j].stride * dims[j].n;
             dims[j].idx = 0;
         }
-        if (j == k)
+        if (j >= k)
             break;
     }
-    out->nruns = m;
-    if (m == 1) {                       /* it all touched: one extent */
+    return visit(ctx, addrs, sizes, m);
+}
+
+int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                 const int64_t *strides, int64_t unit, uint64_t item, strided_visit visit,
+                 void *ctx, int *stopped)
+{
+    struct layout L;
+    int status = layout_of(data, offset, ndim, shape, strides, unit, item, &L);
+    if (status < 0)
+        return status;
+    *stopped = layout_walk(&L, visit, ctx);
+    layout_free(&L);
+    return STRIDED_OK;
+}
+
+/* Collecting: the extents into the arrays of a struct strided_runs. */
+static int collect(void *ctx, char *const *addrs, const size_t *lens, size_t n)
+{
+    struct strided_runs *out = ctx;
+    memcpy(out->addrs + out->nruns, addrs, n * sizeof *addrs);
+    memcpy(out->lens + out->nruns, lens, n * sizeof *lens);
+    out->nruns += n;
+    return 0;
+}
+
+int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                 const int64_t *strides, int64_t unit, uint64_t item,
+                 struct strided_runs *out)
+{
+    memset(out, 0, sizeof *out);
+    struct layout L;
+    int status = layout_of(data, offset, ndim, shape, strides, unit, item, &L);
+    out->base = (char *)(uintptr_t)L.start;
+    if (status < 0)
+        return status;
+    out->len = L.len;
+    if (L.outer == L.k && L.inner == 1) {   /* one extent */
+        layout_free(&L);
+        return STRIDED_OK;
+    }
+    if (L.count > bookkeeping_max() / (sizeof(char *) + sizeof(size_t))) {
+        status = STRIDED_NO_MEMORY;
+    } else {
+        out->addrs = PyMem_Malloc((size_t)L.count * sizeof(char *));
+        out->lens = PyMem_Malloc((size_t)L.count * sizeof(size_t));
+        if (!out->addrs || !out->lens)
+            status = STRIDED_NO_MEMORY;
+        else
+            layout_walk(&L, collect, out);
+    }
+    layout_free(&L);
+    if (status < 0) {
+        strided_runs_free(out);
+        out->len = 0;
+        return status;
+    }
+    if (out->nruns == 1) {              /* it all touched: one extent */
         out->base = out->addrs[0];
         strided_runs_free(out);
     }
-    status = STRIDED_OK;
-    goto done;
-
-no_memory:
-    strided_runs_free(out);
-    status = STRIDED_NO_MEMORY;
-done:
-    if (offs != &one_off) {
-        PyMem_Free(offs);
-        PyMem_Free(lens);
-    }
-    if (dims != few)
-        PyMem_Free(dims);
-    if (status < 0)
-        out->len = 0;
-    return status;
+    return STRIDED_OK;
 }
