@@ -266,6 +266,41 @@ def test_strided_runs_each_way_of_calling(kw):
     assert np.array_equal(base, want)
 
 
+def test_random_layouts_clear_their_elements_and_nothing_else():
+    """Shapes and strides drawn at random over one base (overlapping,
+    repeated, disjoint, negative, with more extents than the native walk
+    hands on at once): clear and clear_many write exactly the bytes numpy
+    writes for v[...] = 0, and no byte of the base outside them."""
+    from numpy.lib.stride_tricks import as_strided
+
+    rng = np.random.default_rng(5)
+    base = np.empty(20000, dtype=np.uint8)
+    want = np.empty_like(base)
+    tried = 0
+    while tried < 200:
+        ndim = int(rng.integers(1, 4))
+        item = int(rng.choice([1, 2, 8]))
+        shape = [int(rng.integers(1, 24)) for _ in range(ndim)]
+        strides = [int(rng.choice([0, 1, item, 3 * item, 40, 256, -item, -40, -300]))
+                   for _ in shape]
+        lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+        hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + item
+        if hi - lo > base.size - 128:
+            continue
+        tried += 1
+        start = 64 - lo
+        for many in (False, True):
+            base[:] = rng.integers(1, 256, base.size, dtype=np.uint8)
+            want[:] = base
+            v = as_strided(base[start:], shape=shape + [item], strides=strides + [1])
+            as_strided(want[start:], shape=shape + [item], strides=strides + [1])[...] = 0
+            if many:
+                cp.clear_many([bytearray(3), v])
+            else:
+                cp.clear(v)
+            assert np.array_equal(base, want), (shape, strides, item, many)
+
+
 def test_strided_numpy_refuses_hot():
     a = np.ones((10, 10))
     with pytest.raises(ValueError, match="strided"):

@@ -391,16 +391,17 @@ def test_views_whose_elements_share_bytes_are_read_once():
 
 def test_random_layouts_are_read_as_their_elements():
     """Shapes and strides drawn at random over one base (overlapping,
-    repeated, disjoint, negative): is_zero is numpy's any() of the view,
-    for a nonzero byte anywhere in the base."""
+    repeated, disjoint, negative, with more extents than the native walk
+    hands on at once): is_zero is numpy's any() of the view, for a nonzero
+    byte anywhere in the base."""
     from numpy.lib.stride_tricks import as_strided
 
     rng = np.random.default_rng(11)
-    base = np.zeros(6000, dtype=np.uint8)
+    base = np.zeros(20000, dtype=np.uint8)
     for _ in range(300):
         ndim = int(rng.integers(1, 4))
         item = int(rng.choice([1, 2, 8]))
-        shape = [int(rng.integers(1, 6)) for _ in range(ndim)]
+        shape = [int(rng.integers(1, 24)) for _ in range(ndim)]
         strides = [int(rng.choice([0, 1, item, 3 * item, 40, 256, -item, -40])) for _ in shape]
         lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
         hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + item
@@ -414,6 +415,17 @@ def test_random_layouts_are_read_as_their_elements():
         i = int(rng.integers(0, base.size))
         base[i] = 9
         assert cp.is_zero(v) == (not v.any()), (shape, strides, item, i)
+        # The last byte of extents around every 64th (where a batch of the
+        # walk may end) and of the last one: each is seen.
+        covered = np.zeros(base.size, dtype=np.int8)
+        as_strided(covered[start:], shape=shape + [item], strides=strides + [1])[...] = 1
+        ends = np.flatnonzero(np.diff(covered) == -1)
+        ends = np.concatenate([ends, [base.size - 1]] if covered[-1] else [ends])
+        for e in np.unique(np.r_[[j for j in range(len(ends)) if j % 64 in (0, 1, 62, 63)],
+                                 len(ends) - 1]).astype(int):
+            base[:] = 0
+            base[ends[e]] = 1
+            assert not cp.is_zero(v), (shape, strides, item, e, len(ends))
 
 
 def test_is_zero_is_a_bytes_test():

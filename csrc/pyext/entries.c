@@ -475,6 +475,21 @@ PyObject *fast_clear_extents(PyObject *self, PyObject *const *args, Py_ssize_t n
     return res;
 }
 
+/* The error of a buffer whose layout strided.c refused (status < 0), its
+ * message after prefix: -1.  Only MemoryError is ours; the rest no working
+ * exporter describes. */
+int buffer_layout_error(const char *prefix, int status)
+{
+    if (status == STRIDED_NO_MEMORY)
+        PyErr_NoMemory();
+    else
+        PyErr_Format(PyExc_ValueError, "%sthe buffer's shape and strides describe %s", prefix,
+                     status == STRIDED_NULL ? "elements at a NULL pointer"
+                     : status == STRIDED_NEGATIVE ? "a negative number of elements"
+                     : "memory beyond the address space");
+    return -1;
+}
+
 /* The extents a writable strided buffer's elements cover (strided.c),
  * with the buffer held in *v: 0 (release *v and free *r after the clear),
  * or -1 with an error set and nothing held. */
@@ -488,12 +503,7 @@ static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_runs *r)
     if (status == STRIDED_OK)
         return 0;
     PyBuffer_Release(v);
-    if (status == STRIDED_NO_MEMORY)
-        PyErr_NoMemory();
-    else        /* no exporter describes such memory: a broken one */
-        PyErr_SetString(PyExc_ValueError, "the buffer's shape and strides describe memory "
-                        "beyond the address space");
-    return -1;
+    return buffer_layout_error("", status);
 }
 
 /* clear_strided(buf, *, method, threads): a writable strided buffer (a

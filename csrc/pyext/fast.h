@@ -224,6 +224,9 @@ typedef int (*strided_visit)(void *ctx, char *const *addrs, const size_t *lens, 
 int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *shape,
                  const int64_t *strides, int64_t unit, uint64_t item, strided_visit visit,
                  void *ctx, int *stopped);
+/* entries.c: the error of a buffer whose layout those refused (status < 0),
+ * its message after prefix: -1. */
+int buffer_layout_error(const char *prefix, int status);
 
 /* ---- dlpack.c: tensors through DLPack ------------------------------------------------ */
 

@@ -184,16 +184,7 @@ static int scan_strided(const Py_buffer *v, int threads)
     int status = strided_walk(v->buf, 0, v->ndim, (const int64_t *)v->shape,
                               (const int64_t *)v->strides, 1, (uint64_t)v->itemsize,
                               scan_some, &w, &stopped);
-    if (status == STRIDED_NO_MEMORY) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (status < 0) {       /* no exporter describes such memory: a broken one */
-        PyErr_SetString(PyExc_ValueError, "is_zero: the buffer's shape and strides "
-                        "describe memory beyond the address space");
-        return -1;
-    }
-    return w.zero;
+    return status < 0 ? buffer_layout_error("is_zero: ", status) : w.zero;
 }
 
 /* An object with no buffer (the TypeError of scan_acquire pending): a
