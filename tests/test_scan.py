@@ -393,7 +393,8 @@ def test_random_layouts_are_read_as_their_elements():
     """Shapes and strides drawn at random over one base (overlapping,
     repeated, disjoint, negative, with more extents than the native walk
     hands on at once): is_zero is numpy's any() of the view, for a nonzero
-    byte anywhere in the base."""
+    byte anywhere in the base; a tensor of the same layout through DLPack
+    (its extents listed, not walked) reads as the view does."""
     from numpy.lib.stride_tricks import as_strided
 
     rng = np.random.default_rng(11)
@@ -410,11 +411,12 @@ def test_random_layouts_are_read_as_their_elements():
             continue
         v = as_strided(base[start:].view(np.uint8), shape=shape + [item],
                        strides=strides + [1], writeable=False)
+        t = OnlyDLPack(as_strided(base[start:], shape=shape + [item], strides=strides + [1]))
         base[:] = 0
-        assert cp.is_zero(v), (shape, strides, item)
+        assert cp.is_zero(v) and cp.is_zero(t), (shape, strides, item)
         i = int(rng.integers(0, base.size))
         base[i] = 9
-        assert cp.is_zero(v) == (not v.any()), (shape, strides, item, i)
+        assert cp.is_zero(v) == cp.is_zero(t) == (not v.any()), (shape, strides, item, i)
         # The last byte of extents around every 64th (where a batch of the
         # walk may end) and of the last one: each is seen.
         covered = np.zeros(base.size, dtype=np.int8)
@@ -425,7 +427,7 @@ def test_random_layouts_are_read_as_their_elements():
                                  len(ends) - 1]).astype(int):
             base[:] = 0
             base[ends[e]] = 1
-            assert not cp.is_zero(v), (shape, strides, item, e, len(ends))
+            assert not cp.is_zero(v) and not cp.is_zero(t), (shape, strides, item, e)
 
 
 def test_is_zero_is_a_bytes_test():

@@ -76,6 +76,17 @@ size_t page_size_value(PyObject *ps, PyObject *buf)
     return !overflow && v >= 1 && (unsigned long long)v <= MAX_SIZE ? (size_t)v : 0;
 }
 
+/* page_size as a declining entry hands it to its Python hook: as given,
+ * or (not given) the page size it stands for, so that Python keeps no
+ * default of its own; None where there is none (is_zero).  A new
+ * reference, NULL with an error set. */
+PyObject *page_size_for_hook(PyObject *ps, size_t psize)
+{
+    if (ps && ps != Py_None)
+        return Py_NewRef(ps);
+    return psize ? PyLong_FromSize_t(psize) : Py_NewRef(Py_None);
+}
+
 PyObject *entry_acquiring;
 
 int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags)

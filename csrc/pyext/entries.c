@@ -801,10 +801,7 @@ release:
     else if (held == BUFFER)
         PyBuffer_Release(&view);
     if (decline) {
-        /* Not given: the page size it stands for, so that Python keeps no
-         * default of its own. */
-        PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
-                                                          : PyLong_FromSize_t(psize);
+        PyObject *ps = page_size_for_hook(page_size, psize);
         PyObject *hook_args[] = {buf, pages, ps, method, threads, err};
         if (ps)
             res = declined(strict, hook_pages, hook_args, 6, 3);

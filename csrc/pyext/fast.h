@@ -100,6 +100,7 @@ int threads_value(PyObject *t);
 int normalized_method_threads(const char *fn, PyObject *method, PyObject *threads, int *idx,
                               int *nthreads);
 size_t page_size_value(PyObject *ps, PyObject *buf);
+PyObject *page_size_for_hook(PyObject *ps, size_t psize);
 int is_refusal(void);
 PyObject *take_refusal(void);
 

@@ -45,8 +45,7 @@ static int scan_threads(int v, size_t n)
 static PyObject *scan_declined(const char *name, PyObject *buf, PyObject *page_size,
                                size_t psize, PyObject *threads)
 {
-    PyObject *ps = page_size && page_size != Py_None ? Py_NewRef(page_size)
-                 : psize ? PyLong_FromSize_t(psize) : Py_NewRef(Py_None);
+    PyObject *ps = page_size_for_hook(page_size, psize);
     if (!ps)
         return NULL;
     PyObject *res = PyObject_CallFunction(hook_scan, "sOOO", name, buf, ps,
@@ -142,10 +141,11 @@ static int scan_contiguous(const char *p, size_t n, int threads)
     return zero;
 }
 
-/* A strided view is read extent by extent as strided.c finds them (the
- * union of its elements' bytes, each byte once), stopping at the first
- * extent that holds a nonzero byte. */
-struct strided_scan {
+/* The extents of a strided layout (strided.c: the union of its elements'
+ * bytes, each byte once), read in turn until one holds a nonzero byte:
+ * small ones directly on this thread, signals looked for between them
+ * every SCAN_SLICE bytes.  A strided_visit, handed a batch at a time. */
+struct extents_scan {
     int threads;
     size_t since;               /* bytes read since signals were last looked for */
     int zero;                   /* 1, 0 (a nonzero byte) or -1 (an error is set) */
@@ -153,7 +153,7 @@ struct strided_scan {
 
 static int scan_some(void *ctx, char *const *addrs, const size_t *lens, size_t n)
 {
-    struct strided_scan *w = ctx;
+    struct extents_scan *w = ctx;
     size_t since = w->since;
     int (*is_zero)(int, const void *, size_t, int) = scan.is_zero;
     const int variant = scan.variant;
@@ -178,7 +178,7 @@ static int scan_some(void *ctx, char *const *addrs, const size_t *lens, size_t n
 
 static int scan_strided(const Py_buffer *v, int threads)
 {
-    struct strided_scan w = {threads, 0, 1};
+    struct extents_scan w = {threads, 0, 1};
     int stopped;
     _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "buffer shapes are int64");
     int status = strided_walk(v->buf, 0, v->ndim, (const int64_t *)v->shape,
@@ -212,11 +212,10 @@ static PyObject *is_zero_tensor(PyObject *buf, int threads)
     struct dlpack_view dv;
     if (acquire_tensor(buf, &dv) < 0)
         return NULL;
-    int t = scan_threads(threads, dv.len), zero = 1;
-    if (!dv.nruns)
-        zero = scan_extent(dv.base, dv.len, t);
-    for (size_t i = 0; i < dv.nruns && zero == 1; i++)
-        zero = scan_extent(dv.addrs[i], dv.lens[i], t);
+    struct extents_scan w = {scan_threads(threads, dv.len), 0, 1};
+    if (dv.nruns)
+        scan_some(&w, dv.addrs, dv.lens, dv.nruns);
+    int zero = dv.nruns ? w.zero : scan_extent(dv.base, dv.len, w.threads);
     dlpack_release(&dv);
     if (zero < 0)
         return NULL;
