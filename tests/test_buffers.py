@@ -301,6 +301,18 @@ def test_random_layouts_clear_their_elements_and_nothing_else():
             assert np.array_equal(base, want), (shape, strides, item, many)
 
 
+def test_a_broadcast_of_2_56_elements_clears_its_8_bytes():
+    """A view whose elements share bytes (stride 0) costs what its bytes do,
+    never its element count: clear and clear_many write the 8 bytes under
+    2**56 elements, and not the bytes beside them."""
+    from numpy.lib.stride_tricks import as_strided
+
+    for call in (cp.clear, lambda v: cp.clear_many([bytearray(2), v])):
+        base = np.full(24, 7, dtype=np.uint8)
+        call(as_strided(base[8:], shape=(1 << 28, 1 << 28, 8), strides=(0, 0, 1)))
+        assert base.tolist() == [7] * 8 + [0] * 8 + [7] * 8
+
+
 def test_strided_numpy_refuses_hot():
     a = np.ones((10, 10))
     with pytest.raises(ValueError, match="strided"):
