@@ -28,26 +28,33 @@ from ._units import format_size
 #: The learner's contexts, as plan() and info name them.
 CONTEXTS = ("other buffers", "recent buffers")
 
+#: What a context's safe role is, and why (cp_adapt_stat's safe).
+SAFE = {
+    lib.CP_ADAPT_TEMPORAL: "ordinary stores, which cannot lose much against memset",
+    lib.CP_ADAPT_STREAMING: ("streaming: a buffer this large, not cleared lately, is not in the "
+                             "cache, and ordinary stores would read it in first"),
+}
+
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
 #: reason; the fields come from :class:`Learned` and the learner's parameters.
 LEARNED = {
-    lib.CP_LEARNED_FIRST: "nothing compared yet: ordinary stores, as memset",
+    lib.CP_LEARNED_FIRST: "nothing compared yet: {safe}",
     lib.CP_LEARNED_CACHED: (
-        "cleared within the last {reuse} of clears and smaller than {recent_max}, so still "
+        "cleared within the last {reuse} of clears and no larger than {recent_max}, so still "
         "in the cache: ordinary stores keep it there for the program, untimed"),
     lib.CP_LEARNED_COMPARING: (
-        "comparing the two routines in pairs ({pairs} so far), ordinary stores before "
-        "and after unless streaming wins decisively"),
+        "comparing the two routines in pairs ({pairs} so far); until one wins decisively, "
+        "{safe}"),
     lib.CP_LEARNED_STREAMING: (
         "streaming cost this program less in {wins} of {pairs} pairs, {ratio:.2f}x the "
         "ordinary stores' cost at the median (the clear and the program's time until its "
-        "next clear of such a buffer)"),
+        "next clear)"),
     lib.CP_LEARNED_TEMPORAL: (
         "ordinary stores cost this program less in {losses} of {pairs} pairs (streaming "
         "{ratio:.2f}x their cost at the median: the program uses what it cleared)"),
     lib.CP_LEARNED_EVEN: (
         "no decisive difference in {pairs} pairs (streaming {ratio:.2f}x at the median, "
-        "within the noise): ordinary stores, which cannot lose much against memset"),
+        "within the noise): {safe}"),
 }
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
@@ -68,6 +75,8 @@ class Learned:
     """The routine adaptive auto runs there now."""
     learned: int
     """The learner's code for why (a key of :data:`LEARNED`)."""
+    safe: int
+    """The role it runs before anything is known (a key of :data:`SAFE`)."""
     trigger: int
     """What started the latest comparison (a key of :data:`TRIGGER`)."""
     gbps: dict[str, float]
@@ -92,9 +101,10 @@ class Learned:
 
     def reason(self, reuse: int, recent_max: int) -> str:
         """Why it runs :attr:`method` (the reason table :data:`LEARNED`)."""
-        return LEARNED[self.learned].format(pairs=self.pairs, wins=self.wins,
-                                    losses=self.pairs - self.wins, ratio=self.ratio,
-                                    reuse=format_size(reuse), recent_max=format_size(recent_max))
+        return LEARNED[self.learned].format(
+            safe=SAFE[self.safe], pairs=self.pairs, wins=self.wins,
+            losses=self.pairs - self.wins, ratio=self.ratio, reuse=format_size(reuse),
+            recent_max=format_size(recent_max))
 
     def sentence(self, reuse: int, recent_max: int) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
@@ -114,16 +124,16 @@ def reuse_bytes(th: Thresholds) -> int:
 
 
 #: What the learner's numbers are, as multiples of the reuse window (the
-#: last-level cache): a recent buffer below a quarter of it is in the cache
+#: last-level cache): a recent buffer up to a quarter of it is in the cache
 #: without a clock (on a Zen 3 guest with a 32 MiB L3 ordinary stores still
 #: won a buffer cleared back to back at 8 MiB, 1.9x, and lost at 16 MiB,
-#: 0.35x); a comparison may take its worth of clears (or 32 calls) before
-#: it falls back to the temporal role, half of the 2x the cache (or 64
-#: calls) that following a change may take; a settled context times a pair
+#: 0.35x); a comparison may take twice its worth of clears (or 64 calls),
+#: what following a change may take, before it falls back to the temporal
+#: role; a settled context times a pair
 #: of calls every quarter of it (three pairs see a change) and is compared
 #: again after sixteen times it, the gap doubling while the role holds.
 RECENT_MAX_DIVISOR = 4
-DECIDE_FACTOR = 1
+DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
 
@@ -178,8 +188,9 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
                 for a in (0, 1) if st.clear_ns_per_byte[a] > 0}
         cost = {names[a]: st.cost_ns_per_byte[a] * 1024 for a in (0, 1)
                 if st.cost_ns_per_byte[a] > 0}
-        out.append(Learned(size_class, ctx, names[st.role], int(st.learned), int(st.trigger),
-                           gbps, cost, int(st.pairs), int(st.wins), float(st.ratio),
+        out.append(Learned(size_class, ctx, names[st.role], int(st.learned), int(st.safe),
+                           int(st.trigger), gbps, cost, int(st.pairs), int(st.wins),
+                           float(st.ratio),
                            int(st.calls), int(st.timed), int(st.comparisons),
                            int(st.switches)))
     return out
@@ -194,7 +205,7 @@ def learned_all(th: Thresholds) -> list[Learned]:
 
 
 def recent_max(th: Thresholds) -> int:
-    """A recent buffer below this is in the cache: ordinary stores, untimed."""
+    """A recent buffer up to this size is in the cache: ordinary stores, untimed."""
     return reuse_bytes(th) // RECENT_MAX_DIVISOR
 
 
@@ -222,13 +233,13 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     got = learned(size_class, d.roles)
     reuse, small = reuse_bytes(th), recent_max(th)
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
-            "smaller than %s gets %s untimed; any other single clear of %s-%s is timed "
-            "against the program's next clear, and %s runs only where it costs the program "
-            "decisively less than %s"
+            "no larger than %s gets %s untimed; any other single clear of %s-%s runs a safe "
+            "routine (%s; %s for a buffer not cleared lately and larger than %s) unless "
+            "timing it against the program's next clear says the other costs decisively less"
             % (band, format_size(reuse), format_size(small), t, format_size(1 << size_class),
-               format_size(2 << size_class), s, t))
+               format_size(2 << size_class), t, s, format_size(small)))
     if not got:
-        return head + "; nothing learned yet, so %s until then" % t
+        return head + "; nothing learned yet"
     return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)
 
 

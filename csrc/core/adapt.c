@@ -2,11 +2,11 @@
  * The learner behind adaptive auto (see adapt.h for what it decides and
  * why).  Its parts, in the order of this file: the parameters; the address
  * table that tells a buffer's context; the untimed calls (the fast slot and
- * a settled context's quiet run); choosing (the recent buffers below
+ * a settled context's quiet run); choosing (the recent buffers up to
  * recent_max without a clock, then the comparison's schedule or a settled
- * context's samples); recording (a call's cost is closed by the next
- * clear of its context); the comparison's verdict; and what plan() and
- * info read back.
+ * context's samples); the comparison's verdict; recording (a call's cost
+ * is closed by the thread's next band clear); and what plan() and info
+ * read back.
  *
  * Timing: clock_gettime(CLOCK_MONOTONIC) through the vDSO, with no TSC
  * calibration and no trust in an invariant TSC under a hypervisor or
@@ -27,7 +27,7 @@ enum {
     WINDOW = 7,                 /* clear times kept per role, for plan() and info */
     KEEP = 64,                  /* pairs a comparison keeps for its medians */
     PAIRS_CAP = 512,            /* the most pairs a comparison runs */
-    CALLS_MIN = 32,             /* a comparison may run this many calls whatever the size */
+    CALLS_MIN = 64,             /* a comparison may run this many calls whatever the size */
     STREAM_PAIRS = 4,           /* the fewest pairs that can choose streaming */
     TEMPORAL_PAIRS = 4,         /* ... or end a comparison early on the temporal role */
     WATCH = 3,                  /* a settled role's latest samples, watched */
@@ -54,14 +54,15 @@ enum {
  * streaming starts far above Student's 0.1% level and falls with the
  * pairs to T_STREAM; streaming must also cost less in m/2 + Z_SIGN *
  * sqrt(m) / 2 of the m pairs (a sign test), and by the margin at the
- * mean.  The temporal role needs less (T_TEMPORAL): it is the safe side,
- * and its early verdict ends what the comparison costs.  (How often two
+ * mean.  The temporal role needs less (T_TEMPORAL + T_TEMPORAL_FEW / m): it
+ * is the safe side, and its early verdict ends what the comparison costs.  (How often two
  * equal roles pass, in docs/results.md.) */
-#define CLIP 4.0
-#define T_STREAM 3.0
-#define T_FEW 20.0
+#define CLIP 2.5
+#define T_STREAM 2.8
+#define T_FEW 14.0
 #define Z_SIGN 2.0
 #define T_TEMPORAL 2.0
+#define T_TEMPORAL_FEW 6.0
 /* A span above DISTURBED times its role's typical one was disturbed: set
  * aside, not clipped (a preemption adds milliseconds to either role). */
 #define DISTURBED 4.0
@@ -88,6 +89,8 @@ struct role_state {
 struct ctx_state {
     int init;
     int role;                   /* the role settled on (while comparing: the one before) */
+    int safe;                   /* the role before anything is known, and where nothing is
+                                   decisive */
     int learned, trigger;           /* CP_LEARNED_*, CP_ADAPT_BY_* */
     int comparing;
     /* The comparison. */
@@ -108,11 +111,6 @@ struct ctx_state {
     uint8_t ok[KEEP];           /* the latest pairs: 1 counted, 0 set aside */
     float lr[KEEP];             /* ln(streaming / temporal) of the latest pairs */
     float lc[2][KEEP];          /* ln cost per role of the latest pairs */
-    /* The span opened by a sample call: closed by the next clear of the
-     * context from the same thread. */
-    int open, open_role;
-    uint32_t open_token;
-    uint64_t open_start;
     /* Settled. */
     double ref, dev;            /* ln cost of the role at settling, and its spread */
     double watch[WATCH];
@@ -122,6 +120,7 @@ struct ctx_state {
     uint32_t alarms;            /* changes seen in a row that kept the role: the
                                    watch's bound doubles for each */
     uint32_t period, stretch;
+    int resting;                /* settled, its sample taken: an untimed run is under way */
     struct role_state roles[2];
     uint64_t calls, timed, comparisons, switches;
     /* The latest comparison's verdict, for plan() and info. */
@@ -141,7 +140,7 @@ struct seen {
 /* Written under `lock`; the band is also read without it (relaxed atomics). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_adapt_params params;
-static size_t band_lo, band_hi, recent_below;
+static size_t band_lo, band_hi, recent_most;
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -156,10 +155,20 @@ static struct {
 /* The fast slot (adapt.h) and the context whose calls it runs. */
 struct cp_adapt_fast cp_adapt_fast_slot;
 static struct ctx_state *fast_owner;
-/* Which thread opened a span: a span from one thread's clear to another's
- * is no program's time. */
-static __thread uint32_t my_token;
-static uint32_t tokens;
+/* The span a sample call opened on this thread, closed by this thread's
+ * next band clear whatever its context: the clear and what the program did
+ * right after it.  Per thread, since a span from one thread's clear to
+ * another's is no program's time; `generation` tells a span opened before
+ * the learner forgot everything. */
+static __thread struct {
+    int on, cls, ctx, role;
+    size_t n;
+    uint64_t start, generation;
+} span;
+static uint64_t generation;
+/* Spans open on all threads: while none is, a call need not look at its
+ * thread's (a thread-local read is a call into the C library here). */
+static uint32_t spans_open;
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
@@ -194,11 +203,10 @@ __attribute__((constructor)) static void register_fork_handlers(void)
 void cp_adapt_defaults(struct cp_adapt_params *p)
 {
     memset(p, 0, sizeof *p);
-    /* A comparison may take a last-level cache's worth of clears (or 32
-     * calls): half of what following a change of the program may take (64
-     * calls or 2x the cache), the rest for the watch that sees the change.
-     * The configuration sets it from the cache; this is for an unknown one. */
-    p->decide_bytes = 32u << 20;
+    /* A comparison may take 2x a last-level cache's worth of clears (or 64
+     * calls): what following a change of the program may take.  The
+     * configuration sets it from the cache; this is for an unknown one. */
+    p->decide_bytes = 64u << 20;
     /* Settled, a timed pair of calls every 8 MiB of the context's clears:
      * a change of what the program does after them is seen within three
      * pairs, 24 MiB, under the 2x-the-L3 that following a change may take. */
@@ -221,6 +229,8 @@ static void forget(void)
     fast_owner = NULL;
     byte_clock = 0;
     rng = params.seed ? params.seed : 1;
+    STORE(generation, generation + 1);
+    STORE(spans_open, 0);
 }
 
 static void flush_fast(void);
@@ -233,13 +243,9 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.lo = 1;          /* log2 of 0 has no class */
     if (params.hi < params.lo)
         params.hi = params.lo;
-    /* Below recent_max rounded down to a power of two: whole size classes. */
-    size_t below = 0;
-    if (params.recent_max && params.reuse_bytes)
-        below = (size_t)1 << (63 - __builtin_clzll((unsigned long long)params.recent_max));
     forget();
     enabled = 1;
-    STORE(recent_below, below);
+    STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
     pthread_mutex_unlock(&lock);
@@ -371,6 +377,7 @@ static void drain_quiet(struct ctx_state *s)
     ran += __atomic_exchange_n(&s->quiet_ran, 0, __ATOMIC_RELAXED);
     STORE(s->quiet_left, 0);
     s->quiet_set = 0;
+    s->resting = 0;
     s->calls += ran;
     s->since += ran;
 }
@@ -386,8 +393,9 @@ static int settled(const struct ctx_state *s)
  * fast slot; else the context counts them down itself, after the lookup. */
 static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 {
-    if (!settled(s) || s->open || !params.sample_bytes)
+    if (!settled(s) || !params.sample_bytes)
         return;
+    drain_quiet(s);
     struct role_state *a = &s->roles[s->role];
     double call = a->nclear ? a->clear[a->nclear - 1] * (double)n : 0;
     double want = call > 0 ? PAIR_NS / (SAMPLE_SHARE * call) : 0;
@@ -400,6 +408,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
     if (!quiet)
         return;
     size_t reuse = params.reuse_bytes;
+    s->resting = 1;
     if (LOAD(last.addr) && LOAD(last.n) == n && LOAD(last.ctx) == ctx
         && ctx == (reuse && n <= reuse)) {
         hand_fast(s, n, ticket_of(cls, ctx, s->role, 0), quiet);
@@ -411,8 +420,16 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 
 /* ---- choosing ----------------------------------------------------------- */
 
-static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s);
-static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again);
+static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
+static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
+                       int closing);
+
+/* Has this thread a span open, which its next band clear closes (so that
+ * clear is timed, whatever it would have been)? */
+static int span_open(void)
+{
+    return LOAD(spans_open) && span.on && span.generation == LOAD(generation);
+}
 
 int cp_adapt_recent(const void *addr, size_t n)
 {
@@ -438,25 +455,28 @@ int cp_adapt_choose(size_t n, const void *addr)
     int cls = size_class(n);
     int ctx = is_recent(addr, n);
     struct ctx_state *s = &table[cls][ctx];
-    if (ctx && n < LOAD(recent_below))
-        return cached_call(n, cls, ctx, s, again);
+    int closing = span_open();
+    if (ctx && n <= LOAD(recent_most))
+        return cached_call(n, cls, ctx, s, again, closing);
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet) {
-        /* Settled: the role, untimed, no lock. */
+        /* Settled: the role, untimed, no lock (timed only to close a span). */
         STORE(s->quiet_left, quiet - 1);
-        return ticket_of(cls, ctx, LOAD(s->role), 0) | CP_ADAPT_UNTIMED;
+        int ticket = ticket_of(cls, ctx, LOAD(s->role), 0);
+        return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
     }
-    return choose_locked(n, cls, ctx, s);
+    return choose_locked(n, cls, ctx, s, closing);
 }
 
-/* A recent buffer below recent_max: in the cache, so ordinary stores, which
+/* A recent buffer up to recent_max: in the cache, so ordinary stores, which
  * keep it there for the program, untimed.  Counted without the lock; the
  * lock only to note the context once and, for a buffer cleared again back
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
-                                                 struct ctx_state *s, int again)
+                                                 struct ctx_state *s, int again,
+                                                 int closing)
 {
-    int ticket = ticket_of(cls, ctx, CP_ADAPT_TEMPORAL, 0) | CP_ADAPT_UNTIMED;
+    int ticket = ticket_of(cls, ctx, CP_ADAPT_TEMPORAL, 0);
     __atomic_fetch_add(&s->quiet_ran, 1, __ATOMIC_RELAXED);
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
@@ -464,11 +484,12 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
             s->role = CP_ADAPT_TEMPORAL;
             s->learned = CP_LEARNED_CACHED;
         }
-        if (again && enabled)
-            hand_fast(s, n, ticket, FAST_RUN);
+        if (again && enabled && !closing)
+            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, FAST_RUN);
         pthread_mutex_unlock(&lock);
     }
-    return ticket;
+    /* Timed only to close this thread's span. */
+    return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
 }
 
 static uint32_t draw(void)
@@ -495,14 +516,20 @@ static void start_comparison(struct ctx_state *s, int trigger)
         s->sum = s->sumsq = 0;
     }
     s->limit = s->pairs + s->pairs_max;
-    s->open = 0;
     s->comparisons++;
 }
 
 static void init_context(struct ctx_state *s, size_t n, int ctx)
 {
     s->init = 1;
-    s->role = CP_ADAPT_TEMPORAL;
+    /* The safe role, which runs before anything is known and wherever the
+     * evidence is not decisive: ordinary stores, as memset, for anything
+     * that may be in the cache; streaming for a buffer not cleared lately
+     * and too large (above recent_max) for ordinary stores to pay for
+     * reading it in, where memset itself streams or is outrun 2-3x. */
+    s->safe = !ctx && params.recent_max && n > params.recent_max ? CP_ADAPT_STREAMING
+              : CP_ADAPT_TEMPORAL;
+    s->role = s->safe;
     s->learned = CP_LEARNED_FIRST;
     /* A recent buffer is the one the last role left in or out of the cache:
      * the first call of a block is the other role's leftovers. */
@@ -521,7 +548,7 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
 /* The rest of choose: a timed call, under the lock.  Apart, so that the
  * untimed path above stays a leaf with nothing to save. */
 static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
-                                                   struct ctx_state *s)
+                                                   struct ctx_state *s, int closing)
 {
     if (pthread_mutex_trylock(&lock) != 0)
         return -1;              /* another thread is choosing: static, unrecorded */
@@ -531,16 +558,22 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     }
     if (!s->init)
         init_context(s, n, ctx);
+    if (s->learned == CP_LEARNED_CACHED) {
+        /* A class that straddles recent_max: its sizes above it are timed,
+         * from their own first calls. */
+        init_context(s, n, ctx);
+        STORE(s->quiet_ran, 0);
+    }
     drain_quiet(s);
     s->calls++;
     s->since++;
     int ticket;
     if (s->learned == CP_LEARNED_FIRST && s->calls <= (ctx ? FIRST_RECENT : 1)) {
-        /* The context's first calls: the temporal role, as memset would.
-         * A recent buffer is probably in the cache, and comparing on it
-         * costs more than either role (each role's first call finds it as
-         * the other left it): only one cleared again and again is worth it. */
-        ticket = ticket_of(cls, ctx, CP_ADAPT_TEMPORAL, 0) | CP_ADAPT_UNTIMED;
+        /* The context's first calls: the safe role.  A recent buffer is
+         * probably in the cache, and comparing on it costs more than either
+         * role (each role's first call finds it as the other left it): only
+         * one cleared again and again is worth it. */
+        ticket = ticket_of(cls, ctx, s->safe, 0) | CP_ADAPT_UNTIMED;
     } else {
         if (s->learned == CP_LEARNED_FIRST)
             start_comparison(s, CP_ADAPT_BY_START);
@@ -556,12 +589,13 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             s->pos = (s->pos + 1) % (2 * s->block);
             ticket = ticket_of(cls, ctx, role, sample);
         } else {
-            /* Settled: a sample opens a span, the next call closes it. */
-            ticket = ticket_of(cls, ctx, s->role, !s->open);
+            /* Settled, its untimed run over: a sample, whose span this
+             * thread's next band clear closes. */
+            ticket = ticket_of(cls, ctx, s->role, 1);
         }
     }
     pthread_mutex_unlock(&lock);
-    return ticket;
+    return closing ? ticket & ~CP_ADAPT_UNTIMED : ticket;
 }
 
 /* ---- the comparison's verdict ------------------------------------------ */
@@ -627,7 +661,6 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     s->role = role;
     s->learned = learned;
     s->comparing = 0;
-    s->open = 0;
     s->nwatch = 0;
     s->since = 0;
     /* The recheck gap: recheck_bytes of this context's clears, doubled for
@@ -645,27 +678,36 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     }
 }
 
-/* One pair is complete: does it decide? */
+/* One pair is complete: does it decide?  The role other than the safe one
+ * needs decisive evidence; the safe one less, and it holds where the pairs
+ * run out undecided. */
 static void judge(struct ctx_state *s, size_t n)
 {
     unsigned m = s->used;
+    int safe = s->safe, other = !safe;
     if (s->pairs >= s->limit && m < TEMPORAL_PAIRS) {
-        settle(s, CP_ADAPT_TEMPORAL, CP_LEARNED_EVEN, n);
+        settle(s, safe, CP_LEARNED_EVEN, n);
         return;
     }
     if (m < TEMPORAL_PAIRS)
         return;
+    /* The pairs are ln(streaming / temporal): their sign turned so that
+     * below zero is the other role costing less. */
+    double sign = safe == CP_ADAPT_TEMPORAL ? 1.0 : -1.0;
     double mean = s->sum / m, var = (s->sumsq - s->sum * mean) / (m - 1);
     double se = sqrt(var > 0 ? var / m : 0) + 1e-9;
-    double t = mean / se;
+    double t = sign * mean / se;
+    unsigned wins = safe == CP_ADAPT_TEMPORAL ? s->wins : m - s->wins;
     if (m >= STREAM_PAIRS && t < -(T_STREAM + T_FEW / m)
-        && s->wins >= m / 2.0 + Z_SIGN * sqrt((double)m) / 2.0
-        && mean < log(1.0 - params.margin_ppm * 1e-6))
-        settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
-    else if (t > T_TEMPORAL)
-        settle(s, CP_ADAPT_TEMPORAL, CP_LEARNED_TEMPORAL, n);
+        && wins >= m / 2.0 + Z_SIGN * sqrt((double)m) / 2.0
+        && sign * mean < log(1.0 - params.margin_ppm * 1e-6))
+        settle(s, other, other == CP_ADAPT_STREAMING ? CP_LEARNED_STREAMING
+                                                     : CP_LEARNED_TEMPORAL, n);
+    else if (t > T_TEMPORAL + T_TEMPORAL_FEW / m)
+        settle(s, safe, safe == CP_ADAPT_STREAMING ? CP_LEARNED_STREAMING
+                                                   : CP_LEARNED_TEMPORAL, n);
     else if (s->pairs >= s->limit)
-        settle(s, CP_ADAPT_TEMPORAL, CP_LEARNED_EVEN, n);
+        settle(s, safe, CP_LEARNED_EVEN, n);
 }
 
 /* The bounds a pair is judged by, from the latest k pairs: each role's
@@ -773,22 +815,35 @@ static void note_clear(struct role_state *a, uint64_t start_ns, uint64_t end_ns,
     a->timed++;
 }
 
-/* This call closes the span its context's last sample opened, from the
- * same thread: that clear and what the program did after it, up to this
- * one, is a sample of the sample's role. */
-static void close_span(struct ctx_state *s, uint64_t start_ns, size_t n)
+/* This call closes the span this thread's last sample call opened: that
+ * clear and what the program did right after it, up to this band clear,
+ * is a sample of the sample call's role in its context.  A settled
+ * context, its sample taken, runs untimed for a while. */
+static void close_span(uint64_t start_ns)
 {
-    if (s->open && s->open_token == my_token && start_ns > s->open_start)
-        sample(s, s->open_role, log((double)(start_ns - s->open_start) / (double)n), n);
-    s->open = 0;
+    if (!span_open())
+        return;
+    span.on = 0;
+    STORE(spans_open, spans_open - 1);
+    struct ctx_state *o = &table[span.cls][span.ctx];
+    if (!o->init || start_ns <= span.start)
+        return;
+    sample(o, span.role, log((double)(start_ns - span.start) / (double)span.n), span.n);
+    if (settled(o))
+        quiet_run(o, span.n, span.cls, span.ctx);
 }
 
-static void open_span(struct ctx_state *s, int role, uint64_t start_ns)
+static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
 {
-    s->open = 1;
-    s->open_role = role;
-    s->open_start = start_ns;
-    s->open_token = my_token;
+    span.on = 1;
+    span.cls = cls;
+    span.ctx = ctx;
+    span.role = role;
+    span.n = n;
+    span.start = start_ns;
+    span.generation = LOAD(generation);
+    STORE(spans_open, spans_open + 1);
+    flush_fast();               /* this thread's next band clear is timed */
 }
 
 void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns)
@@ -804,18 +859,17 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         pthread_mutex_unlock(&lock);
         return;
     }
-    if (!my_token)
-        my_token = __atomic_add_fetch(&tokens, 1, __ATOMIC_RELAXED);
-    s->timed++;
-    note_clear(&s->roles[role], start_ns, end_ns, n);
-    int was_open = s->open, was_comparing = s->comparing;
-    close_span(s, start_ns, n);
-    /* A sample call opens a span, unless its comparison just ended. */
-    int sample_call = ticket & CP_ADAPT_SAMPLE;
-    if (sample_call && was_comparing == s->comparing && (s->comparing || settled(s)))
-        open_span(s, role, start_ns);
-    if (was_open || !sample_call)
-        quiet_run(s, n, cls, ctx);
+    if (s->learned != CP_LEARNED_CACHED) {      /* else timed only to close a span */
+        s->timed++;
+        note_clear(&s->roles[role], start_ns, end_ns, n);
+    }
+    int was_comparing = s->comparing;
+    close_span(start_ns);
+    /* A sample call opens a span, unless its comparison just ended or its
+     * settled context just took its sample. */
+    if (ticket & CP_ADAPT_SAMPLE && was_comparing == s->comparing
+        && (s->comparing || (settled(s) && !s->resting)))
+        open_span(cls, ctx, role, n, start_ns);
     pthread_mutex_unlock(&lock);
 }
 
@@ -837,6 +891,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
     if (have) {
         memset(out, 0, sizeof *out);
         out->role = s->role;
+        out->safe = s->safe;
         out->learned = s->learned;
         out->trigger = s->trigger;
         for (int i = 0; i < 2; i++) {

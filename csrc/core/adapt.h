@@ -6,22 +6,24 @@
  * The context is the buffer's history, told by its address without a
  * clock: "recent" when it was cleared within the last reuse_bytes of band
  * clears (a last-level cache's worth), "other" when not.  A recent buffer
- * below recent_max is in the cache, and ordinary stores keep it there for
+ * up to recent_max is in the cache, and ordinary stores keep it there for
  * the program: that needs no clock.  Everything else is timed, because
  * what decides it is what the program does after the clear: a buffer read
  * next wants ordinary stores even where streaming clears it faster.
  *
- * Timing is by paired comparison.  A comparison runs the two roles (the
- * temporal and the streaming routine) in pairs of blocks, the order of the two blocks drawn at random for each
- * pair, so that drift and the program's noisy work land on both alike;
- * a call's cost is the time from its start to the start of the next clear
- * of its context (the clear and what the program did after it).  The
- * streaming role is chosen only on decisive evidence (it costs less in
- * nearly every pair, and by more than a margin at the median); anything
- * else gives the temporal role, which is what memset does and so cannot lose
- * much against it.  Once settled, a timed pair of calls now and then
- * watches the role's cost, and a change of it (the program changed) starts
- * a comparison again; so does a recheck, after a gap that doubles.
+ * Each context has a safe role, which runs before anything is known and
+ * wherever the evidence is not decisive: ordinary stores (memset's) for a
+ * buffer that may be in the cache; streaming for one not cleared lately and
+ * larger than recent_max, which is not in the cache and too large for
+ * ordinary stores to pay for reading it in.  The other role is chosen only
+ * on decisive evidence, by paired comparison: the two roles run in pairs
+ * of blocks of calls, the order of the two blocks drawn at random for each
+ * pair, so that drift and the program's noisy work land on both alike; a
+ * call's cost is the time from its start to the start of the thread's next
+ * band clear (the clear and what the program did right after it).  Once
+ * settled, a timed pair of calls now and then watches the role's cost, and
+ * a change of it (the program changed) starts a comparison again; so does
+ * a recheck, after a gap that doubles.
  *
  * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
  * role it names (ticket & CP_ADAPT_ROLE).  Unless the ticket has
@@ -29,7 +31,7 @@
  * and hands both to cp_adapt_record_span(n, ticket, start, end).  A
  * negative ticket means "not mine": run the static choice, record nothing.
  * Outside the band that is one comparison and no lock; the recent buffers
- * below recent_max and a settled context's untimed calls take no lock
+ * up to recent_max and a settled context's untimed calls take no lock
  * either; the timed calls a try-lock, never a wait: a call that finds the
  * learner busy gets the static choice.
  *
@@ -62,12 +64,13 @@ enum {
     CP_ADAPT_CONTEXTS = 2,
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
      * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
-    CP_LEARNED_FIRST = 1,       /* nothing compared yet: the temporal role */
-    CP_LEARNED_CACHED = 2,      /* recent and below recent_max: in the cache, untimed */
+    CP_LEARNED_FIRST = 1,       /* nothing compared yet: the safe role */
+    CP_LEARNED_CACHED = 2,      /* recent and up to recent_max: in the cache, untimed */
     CP_LEARNED_COMPARING = 3,   /* a comparison is under way */
-    CP_LEARNED_STREAMING = 4,   /* streaming cost less, decisively, beyond the margin */
-    CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less */
-    CP_LEARNED_EVEN = 6,        /* no decisive difference: the temporal role */
+    CP_LEARNED_STREAMING = 4,   /* streaming cost less (decisively, where it is not
+                                   the safe role) */
+    CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less (likewise) */
+    CP_LEARNED_EVEN = 6,        /* no decisive difference: the safe role */
     /* What started a context's latest comparison (cp_adapt_stat's trigger). */
     CP_ADAPT_BY_START = 0,      /* the context's first calls */
     CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
@@ -78,9 +81,9 @@ struct cp_adapt_params {
     size_t lo, hi;              /* the band: lo <= n < hi adapts; lo >= hi: off */
     size_t reuse_bytes;         /* a buffer cleared again within this many bytes of
                                    band clears is recent (0: none is) */
-    size_t recent_max;          /* a recent buffer below this (rounded down to a power
-                                   of two) takes the temporal role untimed (0: none) */
-    size_t decide_bytes;        /* a comparison ends undecided after max(32 calls,
+    size_t recent_max;          /* a recent buffer of at most this many bytes takes
+                                   the temporal role untimed (0: none) */
+    size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
                                    bytes of the context's clears (0: every call) */
@@ -94,6 +97,8 @@ struct cp_adapt_params {
 struct cp_adapt_stat {
     int role;                   /* the role settled on (while comparing: the one before) */
     int learned;                /* CP_LEARNED_*: why that role */
+    int safe;                   /* the role it runs before anything is known and where
+                                   nothing is decisive */
     int trigger;                /* CP_ADAPT_BY_*: what started the latest comparison */
     double clear_ns_per_byte[2];    /* the clear alone, median of the latest; 0: none */
     double cost_ns_per_byte[2];     /* the clear and the program's time until the next
@@ -144,7 +149,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
 /*
  * The untimed path, inline where the calls are made.  The learner hands
  * its next untimed calls to this word when they clear the buffer just
- * cleared, again, back to back (a recent buffer below recent_max, or a
+ * cleared, again, back to back (a recent buffer up to recent_max, or a
  * settled context between its samples): those take the role it holds with
  * two compares, a load, a decrement and a branch: no hash, no lock, no
  * call.  Any other band call goes through cp_adapt_choose, which first
