@@ -45,7 +45,8 @@ enum {
     FAST_RUN = 1 << 16,         /* untimed calls handed to the fast slot at once */
     CLIP_EVERY = 8,             /* the bounds are found again every this many pairs */
     REF_PAIRS = 3,              /* pairs before any is judged disturbed or counted */
-    FIRST_RECENT = 16           /* a recent context's first calls, untimed */
+    FIRST_LIKELY = 16           /* a context's first calls, untimed, where its safe role
+                                   is likely right */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -477,7 +478,9 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
                                                  int closing)
 {
     int ticket = ticket_of(cls, ctx, CP_ADAPT_TEMPORAL, 0);
-    __atomic_fetch_add(&s->quiet_ran, 1, __ATOMIC_RELAXED);
+    /* A load and a store, not a locked add: the calls hold the GIL, and a
+     * count lost to a race is one call not counted. */
+    STORE(s->quiet_ran, LOAD(s->quiet_ran) + 1);
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
             s->init = 1;
@@ -568,11 +571,14 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     s->calls++;
     s->since++;
     int ticket;
-    if (s->learned == CP_LEARNED_FIRST && s->calls <= (ctx ? FIRST_RECENT : 1)) {
-        /* The context's first calls: the safe role.  A recent buffer is
-         * probably in the cache, and comparing on it costs more than either
-         * role (each role's first call finds it as the other left it): only
-         * one cleared again and again is worth it. */
+    int likely = ctx || s->safe == CP_ADAPT_STREAMING;
+    if (s->learned == CP_LEARNED_FIRST && s->calls <= (likely ? FIRST_LIKELY : 1)) {
+        /* The context's first calls: the safe role.  Where it is likely
+         * right (a recent buffer, probably in the cache; a large one not
+         * cleared lately, which is not), comparing costs more than it is
+         * likely to find, and is left to a buffer cleared again and again;
+         * comparing on a recent buffer costs more than either role besides
+         * (each role's first call finds it as the other left it). */
         ticket = ticket_of(cls, ctx, s->safe, 0) | CP_ADAPT_UNTIMED;
     } else {
         if (s->learned == CP_LEARNED_FIRST)
