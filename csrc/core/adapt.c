@@ -208,13 +208,14 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
      * calls): what following a change of the program may take.  The
      * configuration sets it from the cache; this is for an unknown one. */
     p->decide_bytes = 64u << 20;
-    /* Settled, a timed pair of calls every 8 MiB of the context's clears:
-     * a change of what the program does after them is seen within three
-     * pairs, 24 MiB, under the 2x-the-L3 that following a change may take. */
+    /* Settled, a timed pair of calls every quarter of a last-level cache
+     * of the context's clears: a change of what the program does after them
+     * is seen within three pairs, well inside the 2x the cache that
+     * following a change may take.  Compared again after 16 caches. */
     p->sample_bytes = 8u << 20;
     p->recheck_bytes = 512u << 20;
-    /* 3%: a streaming role barely ahead is not worth what it risks when the
-     * program changes (a warm buffer streamed costs 2-5x). */
+    /* 3%: a role barely ahead is not worth what it risks when the program
+     * changes (a warm buffer streamed costs several times its clear). */
     p->margin_ppm = 30000;
     p->seed = 0x9E3779B9u;
 }
