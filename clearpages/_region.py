@@ -31,7 +31,7 @@ from typing import Any, overload
 
 from ._errors import HugePagesUnavailable
 from ._fast import RegionMemory
-from ._native import lib
+from ._native import ffi, lib
 from ._system import (
     address_space_limit as _address_space_limit,
     hugetlb_pages,
@@ -149,17 +149,31 @@ def _protect_error(err: int, failed: int, size: int, what: str = "a region of %s
 
 @dataclass(frozen=True)
 class Backing:
-    """What the kernel actually gave a region, from /proc/self/smaps (bytes)."""
+    """What the kernel actually gave a region, from /proc/self/smaps (bytes).
 
-    rss: int                 #: resident
-    anon_huge_pages: int     #: backed by transparent huge pages
-    hugetlb: int             #: backed by hugetlb pages
+    The kernel may merge a region's mapping with a neighbouring one of the
+    same kind (another region, or anonymous memory the program mapped right
+    beside it); smaps then describes the two as one.  The counts (rss,
+    anon_huge_pages) are the region's own even so: for a mapping that
+    extends past the region they come from the page tables over the
+    region's range alone (PAGEMAP_SCAN, Linux 6.7+; on older kernels rss
+    from the pagemap's present bits, which also count pages that map the
+    zero page, and anon_huge_pages at most the mapping's and at most rss).  What describes
+    a mapping (kernel_page_size, thp_eligible, vm_flags) is the shared
+    mapping's, which the merge made the same as the region's.
+    """
+
+    rss: int                 #: resident: the region's pages that hold memory
+    anon_huge_pages: int     #: of those, backed by transparent huge pages
+    hugetlb: int             #: backed by hugetlb pages (never merged)
     kernel_page_size: int    #: largest KernelPageSize of its mappings
     thp_eligible: bool       #: THPeligible of every mapping
     mappings: int            #: how many kernel mappings (VMAs) it spans
     #: VmFlags every mapping has: "lo" locked, "dd" not dumped, "wf" wiped
     #: in a child, "dc" not in a child, "hg" huge-page advised, ...
     vm_flags: frozenset[str] = frozenset()
+    #: of its mappings, how many extend past the region (merged with a neighbour)
+    merged: int = 0
 
     @property
     def huge(self) -> int:
@@ -581,38 +595,72 @@ class Region(RegionMemory):
     @property
     def backing(self) -> Backing:
         """What the kernel gave, summed over the region's mappings in
-        /proc/self/smaps (read anew at each look)."""
+        /proc/self/smaps (read anew at each look); a mapping shared with a
+        neighbour counts only the region's own pages (see Backing)."""
         self._check_open()
         start, end = self._address, self._address + self._size
         fields = {"Rss": 0, "AnonHugePages": 0, "Private_Hugetlb": 0,
                   "Shared_Hugetlb": 0, "KernelPageSize": 0}
-        eligible, mappings, inside = True, 0, False
+        eligible, mappings, merged = True, 0, 0
         flags: frozenset[str] | None = None
+        here: dict[str, int] | None = None      # the mapping being read, if it is ours
+        shared: list[tuple[int, int, dict[str, int]]] = []
+
         with open("/proc/self/smaps") as f:
             for line in f:
                 head = line.split(None, 1)[0] if line.strip() else ""
                 if "-" in head and not head.endswith(":"):
                     lo, hi = (int(x, 16) for x in head.split("-"))
-                    inside = lo < end and hi > start
-                    mappings += inside
+                    here = None
+                    if lo < end and hi > start:
+                        mappings += 1
+                        here = fields
+                        if lo < start or hi > end:
+                            here = dict.fromkeys(fields, 0)
+                            shared.append((max(lo, start), min(hi, end), here))
                     continue
-                if not inside:
+                if here is None:
                     continue
                 key = head[:-1]
-                if key in fields:
+                if key in here:
                     kb = int(line.split()[1]) * KiB
-                    fields[key] = max(fields[key], kb) if key == "KernelPageSize" \
-                        else fields[key] + kb
+                    here[key] = max(here[key], kb) if key == "KernelPageSize" \
+                        else here[key] + kb
                 elif key == "THPeligible":
                     eligible = eligible and line.split()[1] == "1"
                 elif key == "VmFlags":
-                    here = frozenset(line.split()[1:])
-                    flags = here if flags is None else flags & here
+                    got = frozenset(line.split()[1:])
+                    flags = got if flags is None else flags & got
+        for lo, hi, part in shared:
+            merged += 1
+            fields["KernelPageSize"] = max(fields["KernelPageSize"], part["KernelPageSize"])
+            fields["Private_Hugetlb"] += part["Private_Hugetlb"]
+            fields["Shared_Hugetlb"] += part["Shared_Hugetlb"]
+            rss, huge = self._own_pages(lo, hi, part)
+            fields["Rss"] += rss
+            fields["AnonHugePages"] += huge
         return Backing(rss=fields["Rss"], anon_huge_pages=fields["AnonHugePages"],
                        hugetlb=fields["Private_Hugetlb"] + fields["Shared_Hugetlb"],
                        kernel_page_size=fields["KernelPageSize"],
                        thp_eligible=eligible and mappings > 0, mappings=mappings,
-                       vm_flags=flags or frozenset())
+                       vm_flags=flags or frozenset(), merged=merged)
+
+    @staticmethod
+    def _own_pages(lo: int, hi: int, whole: dict[str, int]) -> tuple[int, int]:
+        """rss and anon_huge_pages of [lo, hi), part of a mapping whose smaps
+        totals (whole) cover its neighbour too."""
+        if whole["Private_Hugetlb"] or whole["Shared_Hugetlb"]:
+            return 0, 0             # hugetlb: smaps counts no Rss for it either
+        out = ffi.new("uint64_t[2]")
+        exact = ffi.new("int *")
+        err = lib.cp_pages_resident(lo, hi - lo, out, out + 1, exact)
+        if err:
+            raise OSError(err, "cannot count the resident pages of a region's mapping "
+                          "shared with a neighbour: %s" % os.strerror(err))
+        rss, huge = int(out[0]), int(out[1])
+        if not exact[0]:
+            huge = min(whole["AnonHugePages"], rss)
+        return rss, huge
 
     @property
     def huge_pages(self) -> _Bytes:

@@ -62,6 +62,7 @@ struct pm_scan_arg {
 #define PM_PRESENT (1u << 3)
 #define PM_SWAPPED (1u << 4)
 #define PM_PFNZERO (1u << 5)
+#define PM_HUGE (1u << 6)
 
 #define PAGEMAP_PRESENT (1ull << 63)
 #define PAGEMAP_SWAPPED (1ull << 62)
@@ -191,6 +192,80 @@ static int page_in_use(int fd, uintptr_t a)
     if (pread(fd, &e, 8, (off_t)(a / ps * 8)) != 8)
         return -1;
     return (e & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) != 0;
+}
+
+/* ---- what a range holds (Region.backing) ------------------------------- */
+
+static int scan_resident(int fd, uintptr_t addr, size_t size, uint64_t *resident,
+                         uint64_t *huge)
+{
+    struct pm_page_region runs[64];
+    uint64_t at = addr, end = addr + size;
+    while (at < end) {
+        /* Present pages that are not the zero page, told apart by size. */
+        struct pm_scan_arg arg = {
+            .size = sizeof(arg), .start = at, .end = end,
+            .vec = (uintptr_t)runs, .vec_len = sizeof(runs) / sizeof(*runs),
+            .category_inverted = PM_PFNZERO,
+            .category_mask = PM_PRESENT | PM_PFNZERO,
+            .return_mask = PM_HUGE,
+        };
+        long n = ioctl(fd, PM_SCAN, &arg);
+        if (n < 0)
+            return errno;
+        for (long i = 0; i < n; i++) {
+            uint64_t len = runs[i].end - runs[i].start;
+            *resident += len;
+            if (runs[i].categories & PM_HUGE)
+                *huge += len;
+        }
+        if (arg.walk_end <= at)
+            break;
+        at = arg.walk_end;
+    }
+    return 0;
+}
+
+static int pagemap_resident(int fd, uintptr_t addr, size_t size, uint64_t *resident)
+{
+    uintptr_t ps = page_size();
+    uint64_t e[512];
+    for (uintptr_t a = addr; a < addr + size;) {
+        size_t n = (addr + size - a + ps - 1) / ps;
+        if (n > 512)
+            n = 512;
+        ssize_t got = pread(fd, e, n * 8, (off_t)(a / ps * 8));
+        if (got <= 0)
+            return got < 0 ? errno : EIO;
+        n = (size_t)got / 8;
+        for (size_t i = 0; i < n; i++)
+            *resident += (e[i] & PAGEMAP_PRESENT) ? ps : 0;
+        a += n * ps;
+    }
+    return 0;
+}
+
+int cp_pages_resident(uintptr_t addr, size_t size, uint64_t *resident, uint64_t *huge,
+                      int *exact)
+{
+    *resident = *huge = 0;
+    *exact = 0;
+    int fd = pagemap();
+    if (fd < 0)
+        return errno ? errno : EIO;
+    if (atomic_load_explicit(&scan_ioctl, memory_order_relaxed) != 0) {
+        int err = scan_resident(fd, addr, size, resident, huge);
+        if (!err) {
+            atomic_store_explicit(&scan_ioctl, 1, memory_order_relaxed);
+            *exact = 1;
+            return 0;
+        }
+        if (err != ENOTTY && err != EINVAL && err != EOPNOTSUPP)
+            return err;
+        atomic_store_explicit(&scan_ioctl, 0, memory_order_relaxed);
+        *resident = *huge = 0;
+    }
+    return pagemap_resident(fd, addr, size, resident);
 }
 
 /* The address at byte position pos of the work. */

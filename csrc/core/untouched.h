@@ -35,6 +35,15 @@ void cp_extents_free(struct cp_extent *ext);
  * the PAGEMAP_SCAN ioctl; 0 finds out again what the kernel has. */
 void cp_untouched_use_pagemap(int on);
 
+/* The bytes of [addr, addr + size) (page-aligned) that hold memory of
+ * their own: present and not the shared zero page (*resident), and of
+ * those the bytes mapped by huge pages (*huge).  From the page tables
+ * (PAGEMAP_SCAN, Linux 6.7+): *exact = 1.  Before that kernel, from the
+ * pagemap's present bits: *resident counts pages that map the zero page
+ * too, *huge is 0 and *exact 0.  0 or an errno. */
+int cp_pages_resident(uintptr_t addr, size_t size, uint64_t *resident, uint64_t *huge,
+                      int *exact);
+
 /* What the last trim on this thread found (tests, plan()): 0 not run,
  * 1 sampled pages all in use, 2 trimmed, 3 nothing to drop after the full
  * check, -1 the check could not be made. */
