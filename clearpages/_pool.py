@@ -152,12 +152,13 @@ class PoolStats:
 class Block(BlockMemory):
     """One block of a Pool: zeroed when it was handed out, and itself a
     writable buffer (``memoryview(blk)``, ``numpy.frombuffer(blk)``,
-    ``clearpages.clear(blk)``; ``__dlpack__`` through numpy, where numpy is
-    installed).
+    ``clearpages.clear(blk)``) and a DLPack tensor of uint8
+    (``torch.from_dlpack(blk)``, ``numpy.from_dlpack(blk)``; no numpy needed).
 
     ``blk.release()`` (or ``pool.release(blk)``) gives it back; BufferError
-    while a view of it lives.  As a context manager it is given back at the
-    end of the block, or when its last view goes; dropped, it goes back too.
+    while a view of it lives (a memoryview, an array, a tensor from DLPack).
+    As a context manager it is given back at the end of the block, or when
+    its last view goes; dropped, it goes back too.
     """
 
     __slots__ = ()
@@ -169,14 +170,6 @@ class Block(BlockMemory):
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
         self._release_when_unused()
-
-    def __dlpack__(self, **kw: Any) -> Any:
-        import numpy as np
-
-        return np.frombuffer(memoryview(self), dtype=np.uint8).__dlpack__(**kw)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)           # kDLCPU, device 0
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Block is process memory and cannot be pickled; "

@@ -173,3 +173,51 @@ class Fenced:
         if self.base:
             _libc.munmap(self.base, self.size)
             self.base = 0
+
+
+class Taken:
+    """A capsule taken as a consumer takes it (renamed used_*, so its
+    destructor leaves the tensor alone): ``m`` is its managed tensor, read
+    in place; ``delete(in_thread=False)`` calls its deleter once (ctypes lets
+    the GIL go for the call, as a consumer freeing a tensor may)."""
+
+    def __init__(self, capsule):
+        name = capsule_name(capsule)
+        if name not in (b"dltensor_versioned", b"dltensor"):
+            raise ValueError("not a DLPack capsule a consumer may take: %r" % (name,))
+        self.versioned = name == b"dltensor_versioned"
+        address = _capsule_pointer(ctypes.c_void_p(id(capsule)), name)
+        self.m = (Versioned if self.versioned else Legacy).from_address(address)
+        self.address = address
+        if capsule_set_name(capsule, b"used_" + name) != 0:
+            raise RuntimeError("PyCapsule_SetName failed")
+        self.deleted = False
+
+    @property
+    def tensor(self) -> DLTensor:
+        return self.m.dl_tensor
+
+    def shape(self) -> list[int]:
+        return [self.tensor.shape[i] for i in range(self.tensor.ndim)]
+
+    def strides(self) -> list[int] | None:
+        if not self.tensor.strides:
+            return None
+        return [self.tensor.strides[i] for i in range(self.tensor.ndim)]
+
+    def delete(self, in_thread: bool = False) -> None:
+        if self.deleted:
+            raise RuntimeError("a consumer calls the deleter once")
+        self.deleted = True
+        call = ctypes.cast(self.m.deleter, ctypes.c_void_p).value
+        if not call:
+            return
+        fn = DELETER(call)
+        if in_thread:
+            import threading
+
+            t = threading.Thread(target=fn, args=(self.address,))
+            t.start()
+            t.join()
+        else:
+            fn(self.address)

@@ -13,10 +13,12 @@ import ctypes
 import gc
 import pickle
 import random
+import sys
 import threading
 import time
 
 import pytest
+from capsules import FLAG_IS_COPIED, Taken
 from conftest import numpy_dlpack, run_python
 
 import clearpages as cp
@@ -86,7 +88,7 @@ def test_block_with_numpy():
         assert pool.stats().out == 0
 
 
-def test_block_dlpack():
+def test_block_dlpack_with_numpy():
     np = pytest.importorskip("numpy")
     with cp.Pool("64K", page_size="4k") as pool:
         blk = pool.acquire()
@@ -96,12 +98,113 @@ def test_block_dlpack():
         assert t.dtype == np.uint8 and t.size == blk.size and not t.any()
         if numpy_dlpack().versioned:        # numpy before 2.1 imports DLPack read-only
             t[:] = 3
+            assert memoryview(blk)[blk.size - 1] == 3
         assert blk.address == t.__array_interface__["data"][0]
         with pytest.raises(BufferError):
             blk.release()
         del t
         gc.collect()
+        assert blk._exports == 0
         blk.release()
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+@pytest.mark.parametrize("in_thread", [False, True])
+def test_block_dlpack_without_numpy(monkeypatch, versioned, in_thread):
+    """The block is its own DLPack producer (no numpy): a consumer made by
+    hand takes the capsule, writes through the tensor and calls the deleter
+    once, from another thread without the GIL too."""
+    monkeypatch.setitem(sys.modules, "numpy", None)         # import numpy fails
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        cap = blk.__dlpack__(max_version=(1, 0)) if versioned else blk.__dlpack__()
+        taken = Taken(cap)
+        assert taken.versioned == versioned
+        t = taken.tensor
+        assert t.data == blk.address and (t.device_type, t.device_id) == (1, 0)
+        assert (t.code, t.bits, t.lanes) == (1, 8, 1) and t.byte_offset == 0
+        assert taken.shape() == [blk.size] and taken.strides() == [1]
+        if versioned:
+            assert (taken.m.major, taken.m.minor) == (1, 0) and taken.m.flags == 0
+        ctypes.memset(t.data + 100, 0x42, 1)
+        assert memoryview(blk)[100] == 0x42
+        assert blk._exports == 1
+        with pytest.raises(BufferError, match="tensor"):
+            blk.release()
+        del cap                     # a taken capsule leaves the tensor to its taker
+        gc.collect()
+        assert blk._exports == 1
+        taken.delete(in_thread=in_thread)
+        assert blk._exports == 0    # once: a second call would take it below zero
+        blk.release()
+        assert pool.stats().out == 0
+
+
+@pytest.mark.parametrize("kw", [{}, {"max_version": (1, 0)}])
+def test_a_block_capsule_nobody_takes_lets_its_view_go(kw):
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        cap = blk.__dlpack__(**kw)
+        assert blk._exports == 1
+        del cap
+        gc.collect()
+        assert blk._exports == 0
+        blk.release()
+
+
+def test_a_block_exported_in_a_with_block_goes_back_when_the_tensor_goes():
+    with cp.Pool("64K", page_size="4k") as pool:
+        with pool.acquire() as blk:
+            taken = Taken(blk.__dlpack__(max_version=(1, 0)))
+        assert blk.released and pool.stats().out == 1       # pending: the tensor lives
+        taken.delete()
+        assert pool.stats().out == 0
+
+
+def test_block_dlpack_copy_and_refusals():
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        memoryview(blk)[7] = 9
+        taken = Taken(blk.__dlpack__(max_version=(1, 0), copy=True))
+        assert taken.m.flags == FLAG_IS_COPIED and taken.tensor.data != blk.address
+        assert ctypes.string_at(taken.tensor.data, 8) == b"\0" * 7 + b"\x09"
+        assert blk._exports == 0            # a copy holds nothing of the block's
+        taken.delete()
+        cap = blk.__dlpack__(dl_device=(1, 0), copy=False, stream=None)
+        del cap
+        with pytest.raises(BufferError, match="CPU"):
+            blk.__dlpack__(dl_device=(2, 0))
+        with pytest.raises(ValueError, match="stream"):
+            blk.__dlpack__(stream=1)
+        with pytest.raises(TypeError, match="max_version"):
+            blk.__dlpack__(max_version="1.0")
+        with pytest.raises(TypeError):
+            blk.__dlpack__(None)
+        assert blk._exports == 0
+        blk.release()
+        with pytest.raises(ValueError, match="released"):
+            blk.__dlpack__()
+
+
+def test_block_into_torch_without_numpy():
+    code = """
+import sys
+sys.modules["numpy"] = None
+import torch, clearpages as cp
+with cp.Pool("64K", page_size="4k") as pool:
+    blk = pool.acquire()
+    t = torch.from_dlpack(blk)
+    assert t.dtype == torch.uint8 and t.numel() == blk.size and int(t.sum()) == 0
+    t[:] = 5
+    assert memoryview(blk)[blk.size - 1] == 5 and blk._exports == 1
+    del t
+    assert blk._exports == 0
+    blk.release()
+print("ok")
+"""
+    pytest.importorskip("torch")
+    out = run_python(code)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
 
 
 def test_block_size_rounds_to_whole_pages():

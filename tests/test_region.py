@@ -855,6 +855,25 @@ def test_backing_of_a_shared_mapping_on_a_kernel_without_pagemap_scan():
         assert b.rss == 4096 and b.anon_huge_pages == 0 and b.merged == 1
 
 
+def test_a_region_is_a_dlpack_tensor_that_holds_it_like_a_view():
+    from capsules import Taken
+
+    with cp.Region(64 * KiB) as r:
+        assert r.__dlpack_device__() == (1, 0)
+        taken = Taken(r.__dlpack__(max_version=(1, 0)))
+        assert taken.tensor.data == r.address and taken.shape() == [r.size]
+        for act in (r.close, lambda: r.resize(128 * KiB)):
+            with pytest.raises(BufferError, match="tensor"):
+                act()
+        taken.delete()
+        r.resize(128 * KiB)
+        np = pytest.importorskip("numpy")
+        from_dlpack = getattr(np, "from_dlpack", None) or np._from_dlpack
+        a = from_dlpack(r)
+        assert a.size == r.size and a.__array_interface__["data"][0] == r.address
+        del a
+
+
 def test_view_takes_a_dtype_as_numpy_users_expect():
     np = pytest.importorskip("numpy")
     with cp.Region(8 * KiB) as r:

@@ -36,49 +36,7 @@
 
 #include "fast.h"
 
-/* ---- the ABI of dlpack.h (major version 1) ------------------------------- */
-
-typedef struct {
-    uint32_t major, minor;
-} DLPackVersion;
-
-typedef struct {
-    int32_t device_type, device_id;
-} DLDevice;
-
-typedef struct {
-    uint8_t code, bits;
-    uint16_t lanes;
-} DLDataType;
-
-typedef struct {
-    void *data;
-    DLDevice device;
-    int32_t ndim;
-    DLDataType dtype;
-    int64_t *shape;
-    int64_t *strides;           /* in elements; NULL: C order (before 1.0) */
-    uint64_t byte_offset;
-} DLTensor;
-
-typedef struct DLManagedTensor {
-    DLTensor dl_tensor;
-    void *manager_ctx;
-    void (*deleter)(struct DLManagedTensor *self);
-} DLManagedTensor;
-
-typedef struct DLManagedTensorVersioned {
-    DLPackVersion version;
-    void *manager_ctx;
-    void (*deleter)(struct DLManagedTensorVersioned *self);
-    uint64_t flags;
-    DLTensor dl_tensor;
-} DLManagedTensorVersioned;
-
-enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
-
-#define DLPACK_FLAG_BITMASK_READ_ONLY (1ull << 0)
-#define DLPACK_FLAG_BITMASK_IS_COPIED (1ull << 1)
+#include "dlpack_abi.h"
 
 static const char *const device_names[] = {
     NULL, "CPU", "CUDA", "CUDA host", "OpenCL", NULL, NULL, "Vulkan", "Metal", "VPI",

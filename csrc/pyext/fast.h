@@ -266,6 +266,22 @@ int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v);
 int dlpack_written(struct dlpack_view *v, int done);
 void dlpack_release(struct dlpack_view *v);
 
+/* ---- dlpack_export.c: our memory as a tensor ------------------------------------- */
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) and
+ * __dlpack_device__() of a type with a buffer: a 1-D uint8 tensor over the
+ * buffer, which the export holds as a view until its deleter runs. */
+PyObject *dlpack_export(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *dlpack_device(PyObject *self, PyObject *unused);
+/* Their entries in a type's method table; what says what a live export holds. */
+#define DLPACK_EXPORT_METHODS(what)                                                   \
+    {"__dlpack__", (PyCFunction)(void (*)(void))dlpack_export,                        \
+     METH_VARARGS | METH_KEYWORDS,                                                    \
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n" \
+     "A DLPack tensor (1-D, uint8) of the memory, a view: " what},                      \
+    {"__dlpack_device__", (PyCFunction)dlpack_device, METH_NOARGS,                    \
+     "__dlpack_device__() -> (1, 0): the CPU."}
+
 /* ---- region_type.c --------------------------------------------------------------- */
 
 extern PyTypeObject RegionMemoryType;

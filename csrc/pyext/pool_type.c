@@ -276,7 +276,7 @@ static int block_give(BlockMemory *b, int when_released)
         Py_ssize_t n = b->exports;
         PyErr_Format(PyExc_BufferError,
                      "cannot release a Block while %zd view%s of it exist%s (release "
-                     "every memoryview and numpy array of it first, or leave its with "
+                     "every memoryview, numpy array and tensor of it first, or leave its with "
                      "block, which releases it when the last view goes)",
                      n, n == 1 ? "" : "s", n == 1 ? "s" : "");
         return -1;
@@ -573,6 +573,7 @@ static PyMethodDef block_methods[] = {
      "while views of it exist."},
     {"_release_when_unused", (PyCFunction)block_release_when_unused, METH_NOARGS,
      "_release_when_unused(): given back now, or when its last view goes."},
+    DLPACK_EXPORT_METHODS("while it lives the block is not given back."),
     {NULL, NULL, 0, NULL},
 };
 

@@ -159,14 +159,14 @@ static int region_check(RegionMemory *self, const char *what)
                      "cannot %s a Region while a clearpages call (clear, clear_many, "
                      "clear_pages, is_zero or nonzero_pages) is clearing or reading it; "
                      "%s it after that call returns%s",
-                     what, what, n > 0 ? " and every memoryview and numpy array of it "
+                     what, what, n > 0 ? " and every memoryview, numpy array and tensor of it "
                      "is released" : "");
         return -1;
     }
     if (n > 0) {
         PyErr_Format(PyExc_BufferError,
                      "cannot %s a Region while %zd view%s of it exist%s "
-                     "(release every memoryview and numpy array of it first)",
+                     "(release every memoryview, numpy array and tensor of it first)",
                      what, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
         return -1;
     }
@@ -509,6 +509,7 @@ static PyMethodDef region_methods[] = {
      "_move_to(piece, address) -> errno (BufferError while exported)."},
     {"_discard", (PyCFunction)region_discard, METH_NOARGS,
      "_discard() -> errno: MADV_DONTNEED over the memory."},
+    DLPACK_EXPORT_METHODS("while it lives the region is neither closed nor moved (BufferError)."),
     {"_protect", (PyCFunction)region_protect, METH_O,
      "_protect(flags) -> (errno, failed flag): CP_PROTECT_* over the memory, now and\n"
      "after every move and resize."},
