@@ -77,7 +77,13 @@ def _deleter(managed):
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _destructor(capsule):
     # Not taken by a consumer (the name is still the producer's): ours to
-    # end, as numpy's and torch's capsule destructors do.
+    # end, as numpy's and torch's capsule destructors do.  Python code run
+    # from C: with an exception pending it would fail at its first call
+    # (ctypes takes the pending exception for its own error, prints it as
+    # unraisable and drops it, and the code that was propagating it then
+    # raises SystemError).  So a capsule dies where none is pending: in its
+    # consumer (which sets a pending one aside first) or in
+    # Producer.__del__, never with a Producer's dict while one propagates.
     for name in (b"dltensor_versioned", b"dltensor"):
         if _capsule_is_valid(capsule, name):
             _deleter(_capsule_pointer(capsule, name))
@@ -116,6 +122,17 @@ class Producer:
             self.m = Versioned(version[0], version[1], None, fn, flags, t)
             self.name = b"dltensor_versioned"
         _live[ctypes.addressof(self.m)] = self
+
+    def __del__(self):
+        # CPython sets a pending exception aside around __del__ (a
+        # Producer made for one call dies as that call's error propagates),
+        # so the capsule kept ends here, with none pending.  Ended by hand
+        # where never taken: when the collector ends a Producer, it has
+        # cleared the weak reference its destructor would find it by.
+        capsule, self.capsule = self.capsule, None
+        if capsule is not None and capsule_name(capsule) == self.name:
+            capsule_set_name(capsule, b"used_" + self.name)
+            self.deleted += 1
 
     def __dlpack__(self, **kw):
         self.exports += 1

@@ -202,3 +202,13 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 60
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
                           text=True, timeout=timeout, **kw)
+
+
+def run_child(code: str) -> str:
+    """Run code in a fresh interpreter, with ctypes, sys, clearpages as cp,
+    the tests' capsules (Producer) and conftest importable, so that a crash
+    fails the test, not the run; its stdout."""
+    r = run_python("import ctypes, sys\nsys.path.insert(0, %r)\nimport clearpages as cp\n"
+                   "from capsules import Producer\n" % str(ROOT / "tests") + code)
+    assert r.returncode == 0, "the child died (%d): %s" % (r.returncode, r.stderr[-2000:])
+    return r.stdout
