@@ -468,6 +468,41 @@ def test_property_pages_sparse_in_a_large_buffer(npages, data, threads):
     assert np.array_equal(buf, want)
 
 
+@settings(max_examples=150, deadline=None)
+@given(npages=st.integers(1, 66), page_size=st.sampled_from([1, 7, 64, 1000, 4096]),
+       tail=st.integers(0, 6), offset=st.integers(0, 63), data=st.data(),
+       form=st.sampled_from([list, tuple, lambda p: array.array("q", p)]),
+       method=st.sampled_from(("auto",) + cp.methods()))
+def test_property_few_pages_of_a_small_buffer(npages, page_size, tail, offset, data, form,
+                                              method):
+    """Up to 64 pages of a buffer below the size that releases the GIL are
+    cleared by direct calls, without a job; 65 and more by a job.  Either
+    way: pages listed in any order, repeated, adjacent or not, a short last
+    page, at any alignment; nothing outside them written."""
+    tail = min(tail, page_size - 1)
+    n = npages * page_size + tail
+    count = npages + (1 if tail else 0)
+    pages = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=10))
+    whole, view, start = guarded(np, n, offset)
+    view[:] = np.arange(n) % 251 + 1
+    want = view.copy()
+    for p in pages:
+        want[p * page_size:(p + 1) * page_size] = 0
+    cp.clear_pages(view, form(pages), page_size=page_size, method=method)
+    assert np.array_equal(view, want)
+    assert (whole[:start] == FILL).all() and (whole[start + n:] == FILL).all()
+
+
+@pytest.mark.parametrize("pages", [[0, 64], [-1], [3, 1 << 40], [0, (1 << 63) - 1]])
+def test_few_pages_out_of_range_write_nothing(pages):
+    """An index past the end among a few exact ints: the PageIndexError of
+    any list, nothing written."""
+    buf = bytearray(b"\x05" * 4 * 64)
+    with pytest.raises(cp.PageIndexError, match="position %d" % (len(pages) - 1)):
+        cp.clear_pages(buf, pages, page_size=4)
+    assert buf == bytearray(b"\x05" * 4 * 64)
+
+
 def test_pages_both_paths_agree():
     """The same list through the bitmap (dense) and the sort (sparse) paths."""
     rng = random.Random(7)

@@ -21,7 +21,10 @@
  * torch tensors: torch's own __dlpack__ is Python code that costs several
  * times a 4 KiB clear, so an exact torch.Tensor or Parameter is exported
  * with the C function it ends in (torch._C._to_dlpack_versioned), after the
- * checks of it that matter on the CPU; and every torch tensor's version
+ * checks of it that matter on the CPU; one small enough to be cleared with
+ * the GIL held throughout is read through DLPack's C exchange API
+ * (type(t).__dlpack_c_exchange_api__, DLPack 1.2) without an export.  Every
+ * torch tensor's version
  * counter is bumped after the write (torch._C._increment_version, what
  * torch.autograd.graph.increment_version calls), so autograd sees the
  * in-place change.  A write is taken or refused as torch's own in-place
@@ -46,23 +49,45 @@ static const char *const device_names[] = {
 
 /* ---- what is looked up once ------------------------------------------------ */
 
-static PyObject *s_dlpack, *s_requires_grad, *s_is_cpu, *s_is_contiguous, *s_data_ptr,
-    *s_nbytes, *s_is_leaf, *s_base, *s_version, *s_is_inference, *s_zero, *dlpack_kwnames,
-    *max_version;
+static PyObject *s_dlpack, *s_requires_grad, *s_is_leaf, *s_base, *s_version,
+    *s_is_inference, *s_zero, *dlpack_kwnames, *max_version;
 /* torch, once it is imported: the tensor base type, the exporter, the
  * version bump, the grad mode and the inference mode. */
 static PyObject *torch_base, *torch_tensor, *torch_parameter, *torch_export, *torch_bump,
     *torch_grad_enabled, *torch_inference_enabled, *torch_uint8;
 static int torch_looked;
-/* The C functions behind TensorBase's requires_grad, is_cpu, nbytes,
- * is_leaf, _base and _version (getters) and data_ptr, is_contiguous and
- * is_inference (methods): called directly, they cost a third of the
- * attribute and method lookups. */
-static PyObject *torch_descrs[9];
-static PyGetSetDef *gs_requires_grad, *gs_is_cpu, *gs_nbytes, *gs_is_leaf, *gs_base,
-    *gs_version;
-static PyMethodDef *m_data_ptr, *m_is_contiguous, *m_is_inference;
+/* The C functions behind TensorBase's requires_grad, is_leaf, _base and
+ * _version (getters) and is_inference (a method): called directly, they
+ * cost a third of the attribute and method lookups. */
+static PyObject *torch_descrs[5];
+static PyGetSetDef *gs_requires_grad, *gs_is_leaf, *gs_base, *gs_version;
+static PyMethodDef *m_is_inference;
 static PyObject *empty_args;
+
+/* DLPack's C exchange API (dlpack.h 1.2 and later): a table a producer's
+ * type offers as a capsule, type(t).__dlpack_c_exchange_api__.  Only its
+ * stable header and the entry that describes a tensor without exporting it
+ * (a DLTensor filled in place, valid until Python code runs) are read. */
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+
+typedef int (*dltensor_from_fn)(void *py_object, DLTensor *out);
+
+typedef struct {
+    DLPackExchangeAPIHeader header;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    dltensor_from_fn dltensor_from_py_object_no_sync;
+    void *current_work_stream;
+} DLPackExchangeAPI;
+
+/* The entry for torch.Tensor and for Parameter (each looked up on its own
+ * type, as the API asks), NULL where torch has none. */
+static dltensor_from_fn tensor_describe, parameter_describe;
+static PyObject *exchange_capsules[2];
 
 static PyGetSetDef *torch_getter(int i, const char *name)
 {
@@ -104,16 +129,50 @@ static PyObject *torch_call(PyObject *obj, PyMethodDef *m, PyObject *name)
     return ((PyCFunctionWithKeywords)(void (*)(void))m->ml_meth)(obj, empty_args, NULL);
 }
 
+/* What the version bump is given.  torch._C._increment_version takes an
+ * iterable of tensors and asks it for an iterator: a tuple's is a new
+ * object per call, where this one is its own iterator and yields its one
+ * tensor once. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *tensor;
+} OneTensor;
+
+static PyObject *one_tensor_next(PyObject *self)
+{
+    PyObject *t = ((OneTensor *)self)->tensor;
+    ((OneTensor *)self)->tensor = NULL;
+    return t;                   /* NULL without an error: the end */
+}
+
+static void one_tensor_dealloc(PyObject *self)
+{
+    Py_XDECREF(((OneTensor *)self)->tensor);
+    PyObject_Free(self);
+}
+
+static PyTypeObject OneTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "clearpages._fast.OneTensor",
+    .tp_basicsize = sizeof(OneTensor),
+    .tp_dealloc = one_tensor_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = one_tensor_next,
+};
+
+/* torch_bump's C function where it is one that takes its argument alone
+ * (METH_O): called directly, without the call protocol's dispatch. */
+static PyCFunction bump_fn;
+
 static int dlpack_init(void)
 {
     if (s_dlpack)
         return 0;
+    if (PyType_Ready(&OneTensorType) < 0)
+        return -1;
     s_dlpack = PyUnicode_InternFromString("__dlpack__");
     s_requires_grad = PyUnicode_InternFromString("requires_grad");
-    s_is_cpu = PyUnicode_InternFromString("is_cpu");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_nbytes = PyUnicode_InternFromString("nbytes");
     s_is_leaf = PyUnicode_InternFromString("is_leaf");
     s_base = PyUnicode_InternFromString("_base");
     s_version = PyUnicode_InternFromString("_version");
@@ -121,8 +180,8 @@ static int dlpack_init(void)
     s_zero = PyUnicode_InternFromString("zero_");
     dlpack_kwnames = Py_BuildValue("(ss)", "max_version", "copy");
     max_version = Py_BuildValue("(ii)", 1, 0);
-    if (!s_dlpack || !s_requires_grad || !s_is_cpu || !s_is_contiguous || !s_data_ptr
-        || !s_nbytes || !s_is_leaf || !s_base || !s_version || !s_is_inference || !s_zero
+    if (!s_dlpack || !s_requires_grad || !s_is_leaf || !s_base || !s_version
+        || !s_is_inference || !s_zero
         || !dlpack_kwnames || !max_version)
         return -1;
     return 0;
@@ -134,6 +193,25 @@ static PyObject *attr_or_null(PyObject *o, const char *name)
     if (!r)
         PyErr_Clear();
     return r;
+}
+
+/* The exchange API's describing entry on type tp (held through its
+ * capsule, slot i), or NULL: no such table, another major version, or no
+ * such entry. */
+static dltensor_from_fn exchange_describe(int i, PyObject *tp)
+{
+    PyObject *cap = tp && PyType_Check(tp) ? attr_or_null(tp, "__dlpack_c_exchange_api__")
+                                           : NULL;
+    const DLPackExchangeAPI *api = NULL;
+    if (cap && PyCapsule_IsValid(cap, "dlpack_exchange_api"))
+        api = PyCapsule_GetPointer(cap, "dlpack_exchange_api");
+    if (!api || api->header.version.major != 1 || api->header.version.minor < 2
+        || !api->dltensor_from_py_object_no_sync) {
+        Py_XDECREF(cap);
+        return NULL;
+    }
+    exchange_capsules[i] = cap;
+    return api->dltensor_from_py_object_no_sync;
 }
 
 /* Find torch's pieces once torch is imported (never imports it). */
@@ -153,29 +231,32 @@ static void torch_lookup(void)
     torch_parameter = attr_or_null(nn, "Parameter");
     torch_export = attr_or_null(c, "_to_dlpack_versioned");
     torch_bump = attr_or_null(c, "_increment_version");
+    if (torch_bump && PyCFunction_Check(torch_bump)
+        && PyCFunction_GET_FLAGS(torch_bump) == METH_O)
+        bump_fn = PyCFunction_GET_FUNCTION(torch_bump);
     torch_grad_enabled = attr_or_null(c, "is_grad_enabled");
     torch_inference_enabled = attr_or_null(torch, "is_inference_mode_enabled");
     torch_uint8 = attr_or_null(torch, "uint8");
     if (torch_base && !PyType_Check(torch_base))
         Py_CLEAR(torch_base);
     empty_args = PyTuple_New(0);
+    tensor_describe = exchange_describe(0, torch_tensor);
+    parameter_describe = exchange_describe(1, torch_parameter);
     if (!torch_base || !empty_args)
         return;
     gs_requires_grad = torch_getter(0, "requires_grad");
-    gs_is_cpu = torch_getter(1, "is_cpu");
-    gs_nbytes = torch_getter(2, "nbytes");
-    m_data_ptr = torch_method(3, "data_ptr");
-    m_is_contiguous = torch_method(4, "is_contiguous");
-    gs_is_leaf = torch_getter(5, "is_leaf");
-    gs_base = torch_getter(6, "_base");
-    m_is_inference = torch_method(7, "is_inference");
-    gs_version = torch_getter(8, "_version");
+    gs_is_leaf = torch_getter(1, "is_leaf");
+    gs_base = torch_getter(2, "_base");
+    m_is_inference = torch_method(3, "is_inference");
+    gs_version = torch_getter(4, "_version");
 }
 
 static int is_torch(PyObject *obj)
 {
     torch_lookup();
-    return torch_base && PyObject_TypeCheck(obj, (PyTypeObject *)torch_base);
+    PyTypeObject *tp = Py_TYPE(obj);
+    return torch_base && (tp == (PyTypeObject *)torch_tensor
+                          || PyObject_TypeCheck(obj, (PyTypeObject *)torch_base));
 }
 
 /* ---- taking the capsule ------------------------------------------------------ */
@@ -273,45 +354,48 @@ static int torch_refuses(PyObject *obj)
     return TORCH_REFUSED;
 }
 
-/* An exact torch tensor, contiguous in CPU memory and smaller than
- * direct_max bytes, from its own accessors: a quarter of the cost of an
- * export.  Only for a clear that keeps the GIL throughout (direct_max is
- * the size below which it does), so no other thread can resize or free
- * the storage meanwhile; anything else is exported.  1: v->base and
- * v->len set; 0: export it; -1: an error. */
+/* The bytes of a tensor in C order without gaps (each stride the product
+ * of the extents inside it; dimensions of extent 1 aside): 1 with *len
+ * set, 0 for any other layout, an empty one among them. */
+static int c_order_len(const DLTensor *t, size_t item, size_t *len)
+{
+    uint64_t n = 1;
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        int64_t extent = t->shape[d];
+        if (extent <= 0 || (extent != 1 && t->strides && t->strides[d] != (int64_t)n)
+            || __builtin_mul_overflow(n, (uint64_t)extent, &n))
+            return 0;
+    }
+    return !__builtin_mul_overflow(n, (uint64_t)item, len);
+}
+
+/* An exact torch tensor in C order in CPU memory, smaller than direct_max
+ * bytes and not empty, described by torch's exchange API without an
+ * export (a fifth of its cost).  Only for a clear that keeps the GIL
+ * throughout (direct_max is the size below which it does): the
+ * description holds only while no Python code runs, and no other thread
+ * can resize or free the storage meanwhile.  Anything else is exported.
+ * 1: v->base and v->len set; 0: export it. */
 static int torch_direct(PyObject *obj, struct dlpack_view *v, size_t direct_max)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (!direct_max
-        || (tp != (PyTypeObject *)torch_tensor && tp != (PyTypeObject *)torch_parameter))
+    dltensor_from_fn describe = tp == (PyTypeObject *)torch_tensor ? tensor_describe
+                                : tp == (PyTypeObject *)torch_parameter ? parameter_describe
+                                : NULL;
+    DLTensor t;
+    if (!direct_max || !describe)
         return 0;
-    int ok = 0;
-    PyObject *cpu = torch_get(obj, gs_is_cpu, s_is_cpu);
-    if (!cpu || cpu != Py_True)
-        goto done;
-    PyObject *cont = torch_call(obj, m_is_contiguous, s_is_contiguous);
-    int contiguous = cont == Py_True;
-    Py_XDECREF(cont);
-    if (!contiguous)
-        goto done;
-    PyObject *nbytes = torch_get(obj, gs_nbytes, s_nbytes);
-    size_t n = nbytes ? PyLong_AsSize_t(nbytes) : (size_t)-1;
-    Py_XDECREF(nbytes);
-    if (n == (size_t)-1 || n >= direct_max)
-        goto done;
-    PyObject *ptr = torch_call(obj, m_data_ptr, s_data_ptr);
-    void *p = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
-    Py_XDECREF(ptr);
-    if (PyErr_Occurred() || (!p && n))
-        goto done;              /* the export refuses a tensor without memory */
-    v->base = p;
-    v->len = n;
-    ok = 1;
-done:
-    Py_XDECREF(cpu);
-    if (PyErr_Occurred())
+    if (describe(obj, &t) < 0) {
         PyErr_Clear();          /* the export says what is wrong, if anything */
-    return ok;
+        return 0;
+    }
+    size_t bits = (size_t)t.dtype.bits * (t.dtype.lanes ? t.dtype.lanes : 1), len;
+    if (t.device.device_type != kDLCPU || bits == 0 || bits % 8 || t.ndim < 0
+        || t.byte_offset || !c_order_len(&t, bits / 8, &len) || len >= direct_max || !t.data)
+        return 0;               /* the export takes it, or refuses it in its words */
+    v->base = t.data;
+    v->len = len;
+    return 1;
 }
 
 /* The capsule obj exports: torch's exporter for an exact torch tensor,
@@ -434,11 +518,29 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
     return 0;
 }
 
+/* Empty, field by field: gcc clears the whole struct with a rep stos,
+ * whose start-up alone is a few percent of a 4 KiB clear. */
+static inline void dlpack_view_init(struct dlpack_view *v)
+{
+    v->capsule = NULL;
+    v->versioned = NULL;
+    v->legacy = NULL;
+    v->bump = NULL;
+    v->zero = NULL;
+    v->direct = 0;
+    v->base = NULL;
+    v->len = 0;
+    v->itemsize = 0;
+    v->addrs = NULL;
+    v->lens = NULL;
+    v->nruns = 0;
+}
+
 /* reading: for is_zero, which writes nothing, so a read-only tensor, a
  * copy, and a torch tensor that requires grad are all taken. */
 static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int reading)
 {
-    memset(v, 0, sizeof *v);
+    dlpack_view_init(v);
     if (dlpack_init() < 0)
         return -1;
     int torch = is_torch(obj);
@@ -459,13 +561,10 @@ static int acquire(PyObject *obj, struct dlpack_view *v, size_t direct_max, int 
         }
         if (how != TORCH_WRITE)
             return -1;
-        int direct = torch_direct(obj, v, direct_max);
-        if (direct) {
-            if (direct > 0) {
-                v->bump = Py_NewRef(obj);
-                v->direct = 1;
-            }
-            return direct;
+        if (torch_direct(obj, v, direct_max)) {
+            v->bump = Py_NewRef(obj);
+            v->direct = 1;
+            return 1;
         }
     }
     PyObject *cap = export_capsule(obj, torch);
@@ -564,7 +663,10 @@ int dlpack_producer(PyObject *obj)
         PyErr_Clear();
         return 0;
     }
-    PyObject *m = PyObject_GetAttr((PyObject *)Py_TYPE(obj), s_dlpack);
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp == (PyTypeObject *)torch_tensor || tp == (PyTypeObject *)torch_parameter)
+        return 1;               /* found before: no lookup per call */
+    PyObject *m = PyObject_GetAttr((PyObject *)tp, s_dlpack);
     if (!m) {
         PyErr_Clear();
         return 0;
@@ -596,28 +698,25 @@ int dlpack_written(struct dlpack_view *v, int done)
     }
     if (!v->bump || !torch_bump)
         return 0;
-    /* The bump takes a sequence of tensors: one 1-tuple, reused while no
-     * one else holds it, saves an allocation (and the collections it
-     * brings) per call.  The call holds its own reference, so a call in
-     * another thread meanwhile (should torch let the GIL go) makes its own. */
-    static PyObject *spare;
-    PyObject *tup = spare;
-    if (tup && Py_REFCNT(tup) == 1) {
-        Py_INCREF(tup);
-        PyObject *was = PyTuple_GET_ITEM(tup, 0);
-        PyTuple_SET_ITEM(tup, 0, Py_NewRef(v->bump));
-        Py_DECREF(was);
+    /* One iterator, reused while no one else holds it (a call in another
+     * thread meanwhile, should torch let the GIL go, makes its own). */
+    static OneTensor *spare;
+    OneTensor *it = spare;
+    if (it && Py_REFCNT(it) == 1) {
+        Py_INCREF(it);
     } else {
-        tup = PyTuple_Pack(1, v->bump);
-        if (!tup)
+        it = PyObject_New(OneTensor, &OneTensorType);
+        if (!it)
             return -1;
-        Py_XSETREF(spare, Py_NewRef(tup));
+        it->tensor = NULL;
+        Py_XDECREF(spare);
+        spare = (OneTensor *)Py_NewRef(it);
     }
-    PyObject *r = PyObject_CallOneArg(torch_bump, tup);
-    PyObject *was = PyTuple_GET_ITEM(tup, 0);
-    PyTuple_SET_ITEM(tup, 0, Py_NewRef(Py_None));     /* hold no tensor between calls */
-    Py_DECREF(was);
-    Py_DECREF(tup);
+    Py_XSETREF(it->tensor, Py_NewRef(v->bump));
+    PyObject *r = bump_fn ? bump_fn(PyCFunction_GET_SELF(torch_bump), (PyObject *)it)
+                          : PyObject_CallOneArg(torch_bump, (PyObject *)it);
+    Py_CLEAR(it->tensor);       /* hold no tensor between calls */
+    Py_DECREF(it);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }

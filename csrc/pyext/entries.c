@@ -618,22 +618,62 @@ static int is_int64_format(const Py_buffer *v)
 
 static const char *const pages_pos[] = {"buf", "pages", "page_size"};
 
+#define FEW_PAGES 8
+
 /* The page indices clear_pages was given, held while it runs. */
 struct page_list {
     PyObject *snapshot;         /* our tuple of a list or tuple */
     int64_t *owned;             /* its indices */
     Py_buffer pv;               /* or an int64 buffer's */
     int have_pv;
+    int64_t few[FEW_PAGES];     /* or a short list's of exact ints */
     const int64_t *list;
     Py_ssize_t count;
 };
+
+/* Empty.  Field by field: pv and few are read only once they are filled,
+ * and clearing the whole struct (a rep stos) was a tenth of a 4 KiB
+ * clear_pages. */
+static inline void page_list_init(struct page_list *pl)
+{
+    pl->snapshot = NULL;
+    pl->owned = NULL;
+    pl->have_pv = 0;
+    pl->list = NULL;
+    pl->count = 0;
+}
+
+/* A list or tuple of at most FEW_PAGES exact ints, read in place into few:
+ * no item's code runs (so none can change the list meanwhile), nothing is
+ * allocated.  0 for anything else (no error set). */
+static int few_exact_indices(PyObject *seq, int64_t *few, Py_ssize_t *count)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > FEW_PAGES)
+        return 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow;
+        if (!PyLong_CheckExact(items[i]))
+            return 0;
+        few[i] = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+        if (overflow)
+            return 0;           /* the general path names it */
+    }
+    *count = n;
+    return 1;
+}
 
 /* 1: taken (release with page_list_release); 0: a form Python normalizes
  * (declined); -1 with an error set (an item's, or ours naming it). */
 static int page_list_take(PyObject *pages, struct page_list *pl)
 {
-    memset(pl, 0, sizeof *pl);
+    page_list_init(pl);
     if (PyList_CheckExact(pages) || PyTuple_CheckExact(pages)) {
+        if (few_exact_indices(pages, pl->few, &pl->count)) {
+            pl->list = pl->few;
+            return 1;
+        }
         /* Our own tuple: an item's __index__ may change the caller's list. */
         pl->snapshot = PySequence_Tuple(pages);
         if (!pl->snapshot)
@@ -664,13 +704,13 @@ static void page_list_release(struct page_list *pl)
         PyBuffer_Release(&pl->pv);
     PyMem_Free(pl->owned);
     Py_XDECREF(pl->snapshot);
-    memset(pl, 0, sizeof *pl);
+    page_list_init(pl);
 }
 
 /* The tensor clear_pages clears: 1 with *dv held (a contiguous tensor),
  * 0 when buf is no tensor, -1 with an error set.  Read without an export
  * where the GIL is kept throughout (one thread, a tensor below gil_min:
- * the job then runs with the GIL, and the pages were read before). */
+ * the clear then runs with the GIL, and the pages were read before). */
 static int pages_tensor(PyObject *buf, struct dlpack_view *dv, int nthreads)
 {
     size_t direct_max = nthreads == 1 ? config.gil_min : 0;
@@ -715,7 +755,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     Py_buffer view;
     struct dlpack_view dv;
     struct page_list pl;
-    memset(&pl, 0, sizeof pl);
+    page_list_init(&pl);
     enum { NOTHING, BUFFER, TENSOR } held = NOTHING;
     PyObject *err = NULL, *res = NULL;
     /* decline: an argument, a buffer's refusal (err) or a form of pages
@@ -734,8 +774,7 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
             goto release;
         if (got > 0) {
             held = TENSOR;
-            memset(&view, 0, sizeof view);
-            view.buf = dv.base;
+            view.buf = dv.base;     /* all a tensor's view is read for */
             view.len = (Py_ssize_t)dv.len;
         }
     }
@@ -758,6 +797,22 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     if (pl.count == 0) {
         res = Py_NewRef(Py_None);
         goto release;
+    }
+    int rc;
+    if (!debug_hook) {
+        /* No Python code runs from here to the write, so the method is
+         * looked up now (see below); a few pages of a small buffer are
+         * cleared without a job. */
+        idx = method_index(method);
+        if (idx == DECLINE) {
+            decline = 1;
+            goto release;
+        }
+        if (clear_few_pages(view.buf, (size_t)view.len, pl.list, (size_t)pl.count, psize, idx,
+                            nthreads)) {
+            rc = 0;
+            goto written;
+        }
     }
     size_t bad = 0;
     struct cp_job *job = native->job_from_pages(view.buf, (size_t)view.len, pl.list,
@@ -788,8 +843,9 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
         decline = 1;
         goto release;
     }
-    int rc = run_decided(job, total, (size_t)pl.count, idx, nthreads);
+    rc = run_decided(job, total, (size_t)pl.count, idx, nthreads);
     native->job_free(job);
+written:
     if (held == TENSOR)
         rc = views_written(&dv, 1, rc);
     if (rc == 0)

@@ -160,6 +160,8 @@ int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int
 int clear_whole(char *base, size_t n, int idx, int threads, int hint);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
 int run_decided(struct cp_job *job, size_t total, size_t count, int idx, int threads);
+int clear_few_pages(char *base, size_t buflen, const int64_t *pages, size_t count,
+                    size_t psize, int idx, int threads);
 
 /* ---- the module's functions (entries.c, config.c) ------------------------------ */
 
@@ -234,7 +236,8 @@ int buffer_layout_error(const char *prefix, int status);
 /* What clear() of a DLPack producer holds while it clears: the capsule and
  * the managed tensor (released by dlpack_release, which calls its deleter),
  * the extent [base, base + len) or, for a tensor that does not tile its
- * bytes, nruns runs (addrs[i], lens[i]) totalling len. */
+ * bytes, nruns runs (addrs[i], lens[i]) totalling len.  dlpack_view_init
+ * (dlpack.c) sets each field by name: a new field is set there too. */
 struct dlpack_view {
     PyObject *capsule;
     struct DLManagedTensorVersioned *versioned;

@@ -444,7 +444,9 @@ static PyObject *region_protect(RegionMemory *self, PyObject *arg)
 
 size_t region_page_size(PyObject *buf)
 {
-    if (!PyObject_TypeCheck(buf, &RegionMemoryType))
+    /* Without a buffer it is no RegionMemory: a tensor asks no MRO walk. */
+    PyBufferProcs *pb = Py_TYPE(buf)->tp_as_buffer;
+    if (!pb || !pb->bf_getbuffer || !PyObject_TypeCheck(buf, &RegionMemoryType))
         return 0;
     region_settle((RegionMemory *)buf);
     if (!((RegionMemory *)buf)->mapped)

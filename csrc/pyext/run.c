@@ -310,3 +310,45 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
     native->job_free(job);
     return rc;
 }
+
+/* clear_pages of a buffer of fewer than gil_min bytes in at most 64 pages,
+ * cleared on one thread (as the policy decides for the pages listed): the
+ * runs of those pages, each cleared by the decided routine in a direct
+ * call.  A job's allocations, slices and clock reads cost more than the
+ * clear of a 4 KiB page.  1: cleared; 0: not such a call, or an index out
+ * of range (a job is built, and refuses it in its words), nothing written. */
+int clear_few_pages(char *base, size_t buflen, const int64_t *pages, size_t count,
+                    size_t psize, int idx, int threads)
+{
+    if (buflen >= config.gil_min || psize == 0)
+        return 0;
+    uint64_t npages = buflen / psize + (buflen % psize != 0);
+    if (npages > 64)
+        return 0;
+    uint64_t set = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (pages[i] < 0 || (uint64_t)pages[i] >= npages)
+            return 0;
+        uint64_t bit = (uint64_t)1 << pages[i];
+        if (!(set & bit)) {
+            size_t off = (size_t)pages[i] * psize;
+            total += buflen - off < psize ? buflen - off : psize;   /* the last may be short */
+            set |= bit;
+        }
+    }
+    struct cp_decision d;
+    decide(total, count, idx, threads, 0, 0, &d);
+    cp_clear_fn fn = config.r[d.routine].fn;
+    if (d.threads != 1 || d.skip_untouched || total > d.unit || !fn)
+        return 0;
+    while (set) {
+        unsigned first = (unsigned)__builtin_ctzll(set);
+        uint64_t rest = ~(set >> first);    /* the run ends at its first 0 */
+        unsigned n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - first;
+        size_t off = first * psize, end = (size_t)(first + n) * psize;
+        fn(base + off, (end < buflen ? end : buflen) - off);
+        set &= n + first >= 64 ? 0 : ~(uint64_t)0 << (first + n);
+    }
+    return 1;
+}
