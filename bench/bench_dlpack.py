@@ -8,8 +8,15 @@ default) buffer, timed by the thread's CPU time (time another process
 holds the CPU does not count); the best round of each is kept (the least
 disturbed on a shared machine), the median beside it, both less the empty
 loop's cost.  Clear-only and warm: the cost of the call, not of memory.
+The ratios to t.zero_() are each round's own (both timed in it): their
+median, quartiles and extremes.
 
-    python bench/bench_dlpack.py [--size 4K] [--rounds 200] [--number 2000]
+--parts adds, as rows of their own, the torch calls a clear is made of
+(from Python, so each carries an attribute lookup's cost, the baseline
+row's) and the exports it avoids: t.__dlpack__() and the C function it
+ends in.
+
+    python bench/bench_dlpack.py [--size 4K] [--rounds 200] [--number 2000] [--parts]
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="4K")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--number", type=int, default=2000)
+    ap.add_argument("--parts", action="store_true",
+                    help="time the torch calls a clear makes, and the exports it avoids")
     args = ap.parse_args(argv)
     n, k = parse_size(args.size), args.number
     clear = cp.clear
@@ -82,7 +91,23 @@ def main(argv: list[str] | None = None) -> int:
         cases["cp.clear(h) bfloat16"] = lambda: clear(h)
         cases["t.numpy() + cp.clear"] = lambda: clear(t.numpy())
         every = cp.nonzero_pages(torch.ones(n // 4))     # every page of t
+        first = [0]
+        u = torch.ones(n, dtype=torch.uint8)
         cases["cp.clear_pages(t, pages)"] = lambda: cp.clear_pages(t, every)
+        cases["cp.clear_pages(t, [0])"] = lambda: cp.clear_pages(t, first)
+        cases["u.zero_() uint8"] = lambda: u.zero_()
+        cases["cp.clear(u) uint8"] = lambda: clear(u)
+        cases["cp.clear_pages(u, [0]) uint8"] = lambda: cp.clear_pages(u, first)
+        if args.parts:
+            bump, export, one = torch._C._increment_version, torch._C._to_dlpack_versioned, (t,)
+            cases["  (1).real, the baseline"] = lambda: (1).real
+            cases["  t.requires_grad"] = lambda: t.requires_grad
+            cases["  t._version"] = lambda: t._version
+            cases["  _increment_version((t,))"] = lambda: bump(one)
+            cases["  t.is_contiguous()"] = lambda: t.is_contiguous()
+            cases["  t.data_ptr()"] = lambda: t.data_ptr()
+            cases["  _to_dlpack_versioned(t)"] = lambda: export(t)
+            cases["  t.__dlpack__()"] = lambda: t.__dlpack__()
     got: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, fn in cases.items():
@@ -95,14 +120,19 @@ def main(argv: list[str] | None = None) -> int:
                                  ", numpy %s" % np.__version__ if np is not None else "",
                                  ", torch %s" % torch.__version__ if torch is not None else ""))
     for name, xs in got.items():
-        print("  %-28s %6.0f / %6.0f" % (name, min(xs) - base, statistics.median(xs) - base))
+        print("  %-30s %6.0f / %6.0f" % (name, min(xs) - base, statistics.median(xs) - base))
     if torch is not None:
-        for name in ("cp.clear(t)", "cp.clear_pages(t, pages)"):
-            xs = got[name]
-            ratios = sorted((x - base) / (z - base) for x, z in zip(xs, got["t.zero_()"]))
-            print("%s / t.zero_(): %.2fx (median of the rounds' ratios; best %.2fx, "
-                  "worst %.2fx; goal: at most 1)" % (
-                      name, statistics.median(ratios), ratios[0], ratios[-1]))
+        print("against zero_() of the same tensor, each round's own ratio: median "
+              "[quartiles] (best, worst); the goal is at most 1")
+        for name, zero in (("cp.clear(t)", "t.zero_()"),
+                           ("cp.clear_pages(t, pages)", "t.zero_()"),
+                           ("cp.clear_pages(t, [0])", "t.zero_()"),
+                           ("cp.clear(u) uint8", "u.zero_() uint8"),
+                           ("cp.clear_pages(u, [0]) uint8", "u.zero_() uint8")):
+            ratios = sorted((x - base) / (z - base) for x, z in zip(got[name], got[zero]))
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            print("  %-30s %.2fx [%.2f-%.2f] (%.2f, %.2f)" % (
+                name, statistics.median(ratios), q[0], q[2], ratios[0], ratios[-1]))
     return 0
 
 
