@@ -64,28 +64,9 @@ static PyGetSetDef *gs_requires_grad, *gs_is_leaf, *gs_base, *gs_version;
 static PyMethodDef *m_is_inference;
 static PyObject *empty_args;
 
-/* DLPack's C exchange API (dlpack.h 1.2 and later): a table a producer's
- * type offers as a capsule, type(t).__dlpack_c_exchange_api__.  Only its
- * stable header and the entry that describes a tensor without exporting it
- * (a DLTensor filled in place, valid until Python code runs) are read. */
-typedef struct DLPackExchangeAPIHeader {
-    DLPackVersion version;
-    struct DLPackExchangeAPIHeader *prev_api;
-} DLPackExchangeAPIHeader;
-
-typedef int (*dltensor_from_fn)(void *py_object, DLTensor *out);
-
-typedef struct {
-    DLPackExchangeAPIHeader header;
-    void *managed_tensor_allocator;
-    void *managed_tensor_from_py_object_no_sync;
-    void *managed_tensor_to_py_object_no_sync;
-    dltensor_from_fn dltensor_from_py_object_no_sync;
-    void *current_work_stream;
-} DLPackExchangeAPI;
-
-/* The entry for torch.Tensor and for Parameter (each looked up on its own
- * type, as the API asks), NULL where torch has none. */
+/* The exchange API's entry that describes a tensor without an export
+ * (dlpack_abi.h) for torch.Tensor and for Parameter, each looked up on its
+ * own type as the API asks; NULL where torch has none. */
 static dltensor_from_fn tensor_describe, parameter_describe;
 static PyObject *exchange_capsules[2];
 

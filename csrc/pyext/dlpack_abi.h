@@ -50,4 +50,25 @@ enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
 #define DLPACK_FLAG_BITMASK_READ_ONLY (1ull << 0)
 #define DLPACK_FLAG_BITMASK_IS_COPIED (1ull << 1)
 
+/* DLPack's C exchange API (dlpack.h 1.2 and later): a table a producer's
+ * type offers as a capsule named "dlpack_exchange_api", its
+ * __dlpack_c_exchange_api__.  dlpack.c reads its stable header and the
+ * entry that describes a tensor in place (a DLTensor filled without an
+ * export, valid until Python code runs); the others are opaque here. */
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+
+typedef int (*dltensor_from_fn)(void *py_object, DLTensor *out);
+
+typedef struct {
+    DLPackExchangeAPIHeader header;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    dltensor_from_fn dltensor_from_py_object_no_sync;
+    void *current_work_stream;
+} DLPackExchangeAPI;
+
 #endif
