@@ -6,9 +6,9 @@ whatever its provider or numpy dtype, reaches the native entry as one
 extent, so each kind is cleared empty, small (a direct call, the GIL kept),
 large (the GIL released, streaming stores) and by a job whose work is big
 enough for a second thread to start; strided and Fortran-ordered numpy
-arrays reach it as runs, so the run computation gets the views and orders,
-and the runs path each way of calling.  Which routine runs for which size is
-test_methods.py's and test_policy.py's."""
+arrays reach it as extents, so the extent computation gets the views and
+orders, and the extents path each way of calling.  Which routine runs for
+which size is test_methods.py's and test_policy.py's."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def _filled(shape, dtype, order="C"):
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_numpy_contiguous(dtype, shape, order):
     """C order is one extent; Fortran order (of more than one dimension that
-    is not 1) is asked in C order, declined, and cleared as runs."""
+    is not 1) is asked in C order, declined, and cleared as extents."""
     a = _filled(shape, dtype, order)
     cp.clear(a)
     assert not _raw(a).any()
@@ -206,7 +206,7 @@ def test_numpy_contiguous(dtype, shape, order):
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_numpy_contiguous_large(order, kw):
     """Each way of calling, on an array large enough for a job to start its
-    second thread: one extent (C order) or long runs (F order)."""
+    second thread: one extent (C order) or long extents (F order)."""
     _call_ok(kw)
     a = _filled((THREADED // 24 + 1, 3), np.float64, order)
     cp.clear(a, **kw)
@@ -255,8 +255,8 @@ def test_numpy_strided_views_clear_only_their_elements(view, dtype, order):
 
 
 @pytest.mark.parametrize("kw", CALLS)
-def test_strided_runs_each_way_of_calling(kw):
-    """The runs of a strided view reach the native runs entry with the
+def test_strided_extents_each_way_of_calling(kw):
+    """The extents of a strided view reach the native extents entry with the
     method and threads asked: a view of more pages than two threads share."""
     _call_ok(kw)
     base = np.arange(1, 600 * 128 + 1, dtype=np.float64).reshape(600, 128)

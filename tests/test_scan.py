@@ -523,7 +523,7 @@ def test_is_zero_reads_tensors_through_dlpack():
     a[299, 39] = 1
     assert not cp.is_zero(OnlyDLPack(a))
     assert cp.is_zero(OnlyDLPack(a[:299]))               # a view: its own bytes only
-    assert not cp.is_zero(OnlyDLPack(a[:, ::3][::-1]))   # strided runs
+    assert not cp.is_zero(OnlyDLPack(a[:, ::3][::-1]))   # strided extents
     assert cp.is_zero(OnlyDLPack(a[:, :39]))
     ro = np.zeros(5000, dtype=np.int64)
     ro.flags.writeable = False

@@ -446,9 +446,9 @@ static void set_refusal(PyObject *obj, const char *fmt, const char *what)
     PyErr_Format(PyExc_TypeError, fmt, Py_TYPE(obj)->tp_name, what);
 }
 
-/* The bytes the tensor covers (strided.c): one extent, or runs.  Elements
- * that share bytes (stride 0, overlapping strides) are covered once, so a
- * tensor costs what its storage does whatever its shape says. */
+/* The bytes the tensor covers (strided.c): one extent, or a list of them.
+ * Elements that share bytes (stride 0, overlapping strides) are covered
+ * once, so a tensor costs what its storage does whatever its shape says. */
 static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *v)
 {
     size_t bits = (size_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
@@ -464,9 +464,9 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
                      Py_TYPE(obj)->tp_name, (int)t->ndim);
         return -1;
     }
-    struct strided_runs r;
-    switch (strided_runs(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
-                         (int64_t)v->itemsize, v->itemsize, &r)) {
+    struct strided_extents r;
+    switch (strided_extents(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
+                            (int64_t)v->itemsize, v->itemsize, &r)) {
     case STRIDED_OK:
         break;
     case STRIDED_NEGATIVE:
@@ -487,7 +487,7 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
                      Py_TYPE(obj)->tp_name);
         return -1;
     default:
-        PyErr_Format(PyExc_MemoryError, "cannot clear the %s: the list of its strided runs "
+        PyErr_Format(PyExc_MemoryError, "cannot clear the %s: the list of its extents "
                      "would not fit in memory", Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -495,7 +495,7 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
     v->len = r.len;
     v->addrs = r.addrs;
     v->lens = r.lens;
-    v->nruns = r.nruns;
+    v->nextents = r.nextents;
     return 0;
 }
 
@@ -514,7 +514,7 @@ static inline void dlpack_view_init(struct dlpack_view *v)
     v->itemsize = 0;
     v->addrs = NULL;
     v->lens = NULL;
-    v->nruns = 0;
+    v->nextents = 0;
 }
 
 /* reading: for is_zero, which writes nothing, so a read-only tensor, a

@@ -110,12 +110,12 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     size_t start = 0, stop = 0;
     int hint = hot == Py_True ? CP_POLICY_HOT_ALL : hot == Py_False ? CP_POLICY_NOT_SOON : 0;
     if (hot && !hint && !dv->zero) {    /* torch's zero_() takes no hot range */
-        int ok = dv->nruns ? 0 : hot_range(hot, dv->len, &start, &stop);
+        int ok = dv->nextents ? 0 : hot_range(hot, dv->len, &start, &stop);
         if (ok == 0) {
             /* Python's check (_core._check_hot) refuses it with the message it
              * has for buffers, or gives the pair as two exact ints. */
             PyObject *pair = PyObject_CallFunction(hook_hot, "OnO", hot, (Py_ssize_t)dv->len,
-                                                   dv->nruns ? Py_True : Py_False);
+                                                   dv->nextents ? Py_True : Py_False);
             ok = !pair ? -1 : hot_range(pair, dv->len, &start, &stop);
             if (ok == 0)
                 PyErr_SetString(PyExc_SystemError, "clearpages: a normalized hot= declined");
@@ -130,8 +130,8 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     if (debug_hook)
         rc = call_debug_hook("acquired", NULL, dv->len);
     if (rc == 0 && dv->len) {     /* an empty tensor's data may be NULL */
-        if (dv->nruns)
-            rc = clear_extents(dv->addrs, dv->lens, dv->nruns, dv->len, idx, nthreads);
+        if (dv->nextents)
+            rc = clear_extents(dv->addrs, dv->lens, dv->nextents, dv->len, idx, nthreads);
         else if (hint)
             rc = clear_whole(dv->base, dv->len, idx, nthreads, hint);
         else if (hot)
@@ -378,12 +378,12 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
             }
             if (got > 0) {
                 struct dlpack_view *dv = &vs.t[vs.nt++];
-                size_t k = dv->nruns ? dv->nruns : 1;
+                size_t k = dv->nextents ? dv->nextents : 1;
                 if (views_reserve(&vs, k) < 0)
                     goto fail;
                 for (size_t r = 0; r < k; r++) {
-                    vs.addrs[vs.m] = dv->nruns ? dv->addrs[r] : dv->base;
-                    vs.lens[vs.m++] = dv->nruns ? dv->lens[r] : dv->len;
+                    vs.addrs[vs.m] = dv->nextents ? dv->addrs[r] : dv->base;
+                    vs.lens[vs.m++] = dv->nextents ? dv->lens[r] : dv->len;
                 }
                 total += dv->len;
                 continue;
@@ -493,13 +493,13 @@ int buffer_layout_error(const char *prefix, int status)
 /* The extents a writable strided buffer's elements cover (strided.c),
  * with the buffer held in *v: 0 (release *v and free *r after the clear),
  * or -1 with an error set and nothing held. */
-static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_runs *r)
+static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_extents *r)
 {
     if (entry_get_buffer(buf, v, PyBUF_RECORDS) < 0)
         return -1;
     _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "buffer shapes are int64");
-    int status = strided_runs(v->buf, 0, v->ndim, (const int64_t *)v->shape,
-                              (const int64_t *)v->strides, 1, (uint64_t)v->itemsize, r);
+    int status = strided_extents(v->buf, 0, v->ndim, (const int64_t *)v->shape,
+                                 (const int64_t *)v->strides, 1, (uint64_t)v->itemsize, r);
     if (status == STRIDED_OK)
         return 0;
     PyBuffer_Release(v);
@@ -523,12 +523,12 @@ PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (normalized_method_threads("clear_strided", method, threads, &idx, &nthreads) < 0)
         return NULL;
     Py_buffer v;
-    struct strided_runs r;
+    struct strided_extents r;
     if (strided_buffer(buf, &v, &r) < 0)
         return NULL;
-    int rc = r.nruns ? clear_extents(r.addrs, r.lens, r.nruns, r.len, idx, nthreads)
+    int rc = r.nextents ? clear_extents(r.addrs, r.lens, r.nextents, r.len, idx, nthreads)
            : r.len ? clear_extents(&r.base, &r.len, 1, r.len, idx, nthreads) : 0;
-    strided_runs_free(&r);
+    strided_extents_free(&r);
     PyBuffer_Release(&v);
     if (rc < 0)
         return NULL;
@@ -542,21 +542,21 @@ PyObject *fast_extents_of(PyObject *self, PyObject *buf)
 {
     (void)self;
     Py_buffer v;
-    struct strided_runs r;
+    struct strided_extents r;
     if (strided_buffer(buf, &v, &r) < 0)
         return NULL;
     PyBuffer_Release(&v);
-    size_t n = r.nruns ? r.nruns : r.len != 0;
+    size_t n = r.nextents ? r.nextents : r.len != 0;
     PyObject *a = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
     PyObject *l = a ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8)) : NULL;
     if (l) {
         uint64_t *ap = (uint64_t *)PyBytes_AS_STRING(a), *lp = (uint64_t *)PyBytes_AS_STRING(l);
         for (size_t i = 0; i < n; i++) {
-            ap[i] = (uint64_t)(uintptr_t)(r.nruns ? r.addrs[i] : r.base);
-            lp[i] = r.nruns ? r.lens[i] : r.len;
+            ap[i] = (uint64_t)(uintptr_t)(r.nextents ? r.addrs[i] : r.base);
+            lp[i] = r.nextents ? r.lens[i] : r.len;
         }
     }
-    strided_runs_free(&r);
+    strided_extents_free(&r);
     if (!l) {
         Py_XDECREF(a);
         return NULL;
@@ -721,7 +721,7 @@ static int pages_tensor(PyObject *buf, struct dlpack_view *dv, int nthreads)
     }
     if (got <= 0)
         return got;
-    if (dv->nruns) {
+    if (dv->nextents) {
         PyErr_SetString(PyExc_ValueError,
                         "clear_pages needs a contiguous tensor; this one is strided");
     } else if (dv->zero) {

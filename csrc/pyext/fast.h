@@ -191,12 +191,12 @@ int scan_variant(void);
 /* ---- strided.c: the bytes a strided layout covers ------------------------------- */
 
 /* The union of the elements' bytes: one extent [base, base + len) when
- * nruns is 0, else nruns runs addrs[i], lens[i] (ascending, disjoint, none
- * touching the next) of len bytes in all. */
-struct strided_runs {
+ * nextents is 0, else nextents extents addrs[i], lens[i] (ascending,
+ * disjoint, none touching the next) of len bytes in all. */
+struct strided_extents {
     char *base;
     size_t len;
-    size_t nruns;
+    size_t nextents;
     char **addrs;
     size_t *lens;
 };
@@ -205,24 +205,24 @@ enum {
     STRIDED_OK = 0,
     STRIDED_NEGATIVE = -1,      /* a negative extent in the shape */
     STRIDED_TOO_LARGE = -2,     /* bytes beyond the address space (or its arithmetic) */
-    STRIDED_NO_MEMORY = -3,     /* the runs would not fit in memory */
+    STRIDED_NO_MEMORY = -3,     /* the list of extents would not fit in memory */
     STRIDED_NULL = -4,          /* a NULL data pointer for some element */
 };
 
 /* The layout of ndim dimensions at data + offset: shape, strides in units
  * of `unit` bytes (NULL: C order), items of `item` bytes.  A shape with a 0
  * is empty (len 0) whatever the strides say.  STRIDED_OK with *out set
- * (free it with strided_runs_free), or a negative status with nothing
+ * (free it with strided_extents_free), or a negative status with nothing
  * held.  Needs the GIL (PyMem). */
-int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *shape,
-                 const int64_t *strides, int64_t unit, uint64_t item,
-                 struct strided_runs *out);
-void strided_runs_free(struct strided_runs *r);
+int strided_extents(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                    const int64_t *strides, int64_t unit, uint64_t item,
+                    struct strided_extents *out);
+void strided_extents_free(struct strided_extents *r);
 /* The same extents, in address order, handed to visit(ctx, addrs, lens, n)
  * a batch at a time as they are found, with no list of them all made (a
  * scan can stop at the first that answers): until visit returns nonzero,
  * which goes into *stopped (0: every extent was visited).  A status as
- * strided_runs's. */
+ * strided_extents's. */
 typedef int (*strided_visit)(void *ctx, char *const *addrs, const size_t *lens, size_t n);
 int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *shape,
                  const int64_t *strides, int64_t unit, uint64_t item, strided_visit visit,
@@ -236,7 +236,7 @@ int buffer_layout_error(const char *prefix, int status);
 /* What clear() of a DLPack producer holds while it clears: the capsule and
  * the managed tensor (released by dlpack_release, which calls its deleter),
  * the extent [base, base + len) or, for a tensor that does not tile its
- * bytes, nruns runs (addrs[i], lens[i]) totalling len.  dlpack_view_init
+ * bytes, nextents extents (addrs[i], lens[i]) totalling len.  dlpack_view_init
  * (dlpack.c) sets each field by name: a new field is set there too. */
 struct dlpack_view {
     PyObject *capsule;
@@ -251,7 +251,7 @@ struct dlpack_view {
     size_t itemsize;            /* bytes an element (0 where not read: a direct view) */
     char **addrs;
     size_t *lens;
-    size_t nruns;
+    size_t nextents;
 };
 
 /* 1: acquired (call dlpack_release); 0: obj has no __dlpack__ (no error);

@@ -55,7 +55,7 @@ static PyMethodDef module_methods[] = {
      "clear_pages(buf, pages, page_size=None, *, method=\"auto\", threads=1)\n--\n\n"
      "Zero the listed pages of one buffer: page i is\n"
      "buf[i*page_size:(i+1)*page_size] (page_size None: 4096, or a Region's own).\n\n"
-     "The pages are merged into runs in C and cleared in one native call;\n"
+     "The pages are merged into extents in C and cleared in one native call;\n"
      "repeated pages are cleared once; an index outside the buffer raises\n"
      "PageIndexError before anything is written."},
     {"clear_exact", (PyCFunction)(void (*)(void))fast_clear_exact, FASTCALL_KW,

@@ -313,7 +313,7 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
 
 /* clear_pages of a buffer of fewer than gil_min bytes in at most 64 pages,
  * cleared on one thread (as the policy decides for the pages listed): the
- * runs of those pages, each cleared by the decided routine in a direct
+ * extents of those pages, each cleared by the decided routine in a direct
  * call.  A job's allocations, slices and clock reads cost more than the
  * clear of a 4 KiB page.  1: cleared; 0: not such a call, or an index out
  * of range (a job is built, and refuses it in its words), nothing written. */

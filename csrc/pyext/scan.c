@@ -213,9 +213,9 @@ static PyObject *is_zero_tensor(PyObject *buf, int threads)
     if (acquire_tensor(buf, &dv) < 0)
         return NULL;
     struct extents_scan w = {scan_threads(threads, dv.len), 0, 1};
-    if (dv.nruns)
-        scan_some(&w, dv.addrs, dv.lens, dv.nruns);
-    int zero = dv.nruns ? w.zero : scan_extent(dv.base, dv.len, w.threads);
+    if (dv.nextents)
+        scan_some(&w, dv.addrs, dv.lens, dv.nextents);
+    int zero = dv.nextents ? w.zero : scan_extent(dv.base, dv.len, w.threads);
     dlpack_release(&dv);
     if (zero < 0)
         return NULL;
@@ -342,7 +342,7 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
                      view.itemsize, view.itemsize == 1 ? "" : "s", psize);
         goto done;
     }
-    if (tensor ? dv.nruns != 0 : view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
+    if (tensor ? dv.nextents != 0 : view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
         PyErr_Format(PyExc_ValueError, "nonzero_pages needs a contiguous %s; this one is "
                      "strided", tensor ? "tensor" : "buffer");
         goto done;

@@ -19,11 +19,11 @@
  * are listed by an odometer; where it is not, the copies interleave, and
  * the pattern of those dimensions is drawn on a bitmap of the span (one bit
  * per unit of the strides' greatest common divisor), shifted and OR-ed in
- * O(log n) steps per dimension, then read back as runs.
+ * O(log n) steps per dimension, then read back as extents.
  *
  * No Python API: the caller maps a status to its exception.  The arrays of
  * the result come from PyMem_Malloc (the caller holds the GIL) and are
- * freed by strided_runs_free.
+ * freed by strided_extents_free.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -138,10 +138,10 @@ static size_t bit_runs(const uint64_t *bits, uint64_t nbits, uint64_t unit, uint
 }
 
 /* The pattern of dims[0..count) over a first block of `block` bytes at
- * offset 0, spanning `span` bytes: its runs (offsets from the pattern's
+ * offset 0, spanning `span` bytes: its extents (offsets from the pattern's
  * start, lengths), from a bitmap.  0 or STRIDED_NO_MEMORY. */
 static int interleaved(const struct dim *dims, int count, uint64_t block, uint64_t span,
-                       uint64_t **offs, uint64_t **lens, size_t *nruns)
+                       uint64_t **offs, uint64_t **lens, size_t *nextents)
 {
     uint64_t unit = block;
     for (int j = 0; j < count; j++)
@@ -168,20 +168,20 @@ static int interleaved(const struct dim *dims, int count, uint64_t block, uint64
     }
     bit_runs(bits, nbits, unit, *offs, *lens);
     PyMem_Free(bits);
-    *nruns = k;
+    *nextents = k;
     return 0;
 }
 
-void strided_runs_free(struct strided_runs *r)
+void strided_extents_free(struct strided_extents *r)
 {
     PyMem_Free(r->addrs);
     PyMem_Free(r->lens);
     r->addrs = NULL;
     r->lens = NULL;
-    r->nruns = 0;
+    r->nextents = 0;
 }
 
-/* A layout made ready to walk: the extents are `inner` runs (offs, lens)
+/* A layout made ready to walk: the extents are the `inner` ones (offs, lens)
  * of one pattern, repeated by an odometer over dims[outer..k) from start;
  * or, with k == outer and the pattern one block, one extent. */
 struct layout {
@@ -190,9 +190,9 @@ struct layout {
     struct dim few[16], *dims;
     int k, outer;
     size_t inner;
-    uint64_t *offs, *lens;      /* the pattern's runs */
+    uint64_t *offs, *lens;      /* the pattern's extents */
     uint64_t one_off, block;    /* the pattern of one block (offs, lens point here) */
-    uint64_t count;             /* copies of the pattern's runs in all */
+    uint64_t count;             /* copies of the pattern's extents in all */
 };
 
 static void layout_free(struct layout *L)
@@ -404,19 +404,19 @@ int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *sha
     return STRIDED_OK;
 }
 
-/* Collecting: the extents into the arrays of a struct strided_runs. */
+/* Collecting: the extents into the arrays of a struct strided_extents. */
 static int collect(void *ctx, char *const *addrs, const size_t *lens, size_t n)
 {
-    struct strided_runs *out = ctx;
-    memcpy(out->addrs + out->nruns, addrs, n * sizeof *addrs);
-    memcpy(out->lens + out->nruns, lens, n * sizeof *lens);
-    out->nruns += n;
+    struct strided_extents *out = ctx;
+    memcpy(out->addrs + out->nextents, addrs, n * sizeof *addrs);
+    memcpy(out->lens + out->nextents, lens, n * sizeof *lens);
+    out->nextents += n;
     return 0;
 }
 
-int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *shape,
-                 const int64_t *strides, int64_t unit, uint64_t item,
-                 struct strided_runs *out)
+int strided_extents(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                    const int64_t *strides, int64_t unit, uint64_t item,
+                    struct strided_extents *out)
 {
     memset(out, 0, sizeof *out);
     struct layout L;
@@ -441,13 +441,13 @@ int strided_runs(const void *data, uint64_t offset, int ndim, const int64_t *sha
     }
     layout_free(&L);
     if (status < 0) {
-        strided_runs_free(out);
+        strided_extents_free(out);
         out->len = 0;
         return status;
     }
-    if (out->nruns == 1) {              /* it all touched: one extent */
+    if (out->nextents == 1) {              /* it all touched: one extent */
         out->base = out->addrs[0];
-        strided_runs_free(out);
+        strided_extents_free(out);
     }
     return STRIDED_OK;
 }
