@@ -118,6 +118,9 @@ class PoolStats:
     busy: int                    #: being zeroed, faulted in or trimmed
     out: int                     #: the program's
     capacity: int | None         #: bytes at most, None: no bound
+    #: blocks the thread keeps ready flat out now: low_water, raised by one
+    #: for each acquire that found none ready (halved each second none does)
+    ready_target: int
     acquires: int                #: blocks handed out
     acquires_ready: int          #: ... ready when asked for
     acquires_waited: int         #: ... not: zeroed or faulted in by the caller, or waited for
@@ -196,7 +199,12 @@ class Pool(PoolCore):
     the program gives back at ``max_rate`` bytes a second (None: the
     default pace, DEFAULT_MAX_RATE; 0: not at all, so blocks are zeroed
     only when needed; "max": no limit), so that a program on the other
-    cores loses little of its memory bandwidth.
+    cores loses little of its memory bandwidth.  A program that takes
+    blocks faster than that pace would zero them itself, on its critical
+    path and with the same bandwidth: so (max_rate not 0) each acquire that
+    finds no block ready raises the number the thread zeroes ready flat out
+    by one, up to 64 MiB of blocks, and each second without such an
+    acquire halves the rise (``stats().ready_target``).
 
     fork: what a forked child sees (the child has no pool thread and its
     copy of the Pool hands out nothing): "keep" (default: blocks it holds
@@ -329,7 +337,7 @@ class Pool(PoolCore):
         return PoolStats(
             block_size=self.block_size, blocks=s["blocks"], fresh=s["fresh"],
             ready=s["ready"], dirty=s["dirty"], busy=s["busy"], out=s["out"],
-            capacity=self.capacity, acquires=s["acquires"],
+            capacity=self.capacity, ready_target=s["ready_target"], acquires=s["acquires"],
             acquires_ready=s["acquires_ready"], acquires_waited=s["acquires_waited"],
             wait_seconds=s["wait_ns"] * ns, wait_max_seconds=s["wait_max_ns"] * ns,
             refused=s["refused"], releases=s["releases"], zeroed_bytes=s["zeroed_bytes"],
@@ -368,11 +376,16 @@ class Pool(PoolCore):
         low = self.low_water if low_water is None else low_water
         cap = ("up to %d (%s)" % (self.capacity // self.block_size, _fmt_size(self.capacity))
                if self.capacity is not None else "as many as asked for")
+        rise = ("" if self.max_rate == 0 else
+                " (one more for each acquire that finds none ready, halved each second "
+                "none does)")
         return ("blocks of %s on %s pages, %s; zeroed by the pool's thread with %s (the "
-                "routine for memory not used soon), flat out while fewer than %d %s ready "
-                "or a caller waits, %s otherwise"
+                "routine for memory not used soon), flat out while fewer than %d %s "
+                "ready%s or a caller waits, %s otherwise; fresh blocks are faulted in by "
+                "the thread one at a time (MADV_POPULATE_WRITE) while fewer than %d %s ready"
                 % (_fmt_size(self.block_size), self.page_size_name, cap, self.routine,
-                   low, "is" if low == 1 else "are", _rate_text(self.max_rate)))
+                   low, "is" if low == 1 else "are", rise, _rate_text(self.max_rate),
+                   low, "is" if low == 1 else "are"))
 
     @property
     def closed(self) -> bool:

@@ -373,9 +373,14 @@ def test_the_thread_zeroes_what_comes_back():
 
 
 def test_paced_zeroing_is_reported():
+    # Blocks made ready first, so that no acquire finds none ready (which
+    # would raise the number kept ready flat out).
     with cp.Pool("1M", page_size="4k", capacity="2M", max_rate="256M",
-                 low_water=0) as pool:
+                 low_water=2) as pool:
+        assert _eventually(lambda: pool.stats().ready == 2)
         blocks = [pool.acquire() for _ in range(2)]
+        pool.set_pace(max_rate="256M", low_water=0)
+        assert pool.stats().ready_target == 0 and pool.stats().acquires_waited == 0
         for b in blocks:
             _fill(b)
             b.release()
@@ -385,11 +390,39 @@ def test_paced_zeroing_is_reported():
         assert st.pace is not None and st.zero_rate is not None
 
 
+def test_callers_that_find_none_ready_raise_the_blocks_kept_ready():
+    """A program that takes blocks faster than the pace: each acquire that
+    finds none ready raises the number the thread zeroes ready flat out, so
+    blocks given back are zeroed at once, not at the pace; a second without
+    such an acquire halves the rise.  At max_rate=0 nothing rises."""
+    with cp.Pool("64K", page_size="4k", capacity="256K", max_rate=16,
+                 low_water=0) as pool:
+        held = [pool.acquire() for _ in range(3)]      # none ready: each waits
+        st = pool.stats()
+        assert st.acquires_waited == 3 and st.ready_target == 3
+        for b in held:
+            _fill(b)
+            b.release()
+        # At 16 bytes a second the pace alone would take over an hour.
+        assert _eventually(lambda: pool.stats().ready == 3)
+        assert pool.stats().paced_bytes == 0
+        time.sleep(1.1)
+        assert pool.stats().ready_target < 3
+        pool.set_pace(max_rate=0, low_water=0)
+        assert pool.stats().ready_target == 0
+        held = [pool.acquire() for _ in range(4)]
+        assert pool.stats().ready_target == 0
+        for b in held:
+            b.release()
+
+
 def test_a_new_pace_applies_at_once():
     """A thread asleep at a pace of a few bytes a second takes a new pace
     at once, not when the old one would have let it go on."""
-    with cp.Pool("2M", page_size="4k", capacity="2M", max_rate=16, low_water=0) as pool:
-        blk = pool.acquire()
+    with cp.Pool("2M", page_size="4k", capacity="2M", max_rate=16, low_water=1) as pool:
+        assert _eventually(lambda: pool.stats().ready == 1)
+        blk = pool.acquire()                    # ready: the mark does not rise
+        pool.set_pace(max_rate=16, low_water=0)
         _fill(blk)
         blk.release()
         time.sleep(0.01)

@@ -15,7 +15,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,20 @@
 #include "scan.h"
 
 enum { FRESH = 0, READY = 1, DIRTY = 2, STACKS = 3, BUSY = 3, OUT = 4 };
+
+/* What the thread is doing, for whoever might wake it. */
+enum { AWAKE = 0, IDLE = 1, PACING = 2 };
+
+/* What the thread does next. */
+enum { NOTHING, ZERO, POPULATE, GROW };
+
+/* A caller that finds no block ready raises the number the thread keeps
+ * ready flat out by one, up to this much memory (at least one block); a
+ * second without such a caller halves the rise.  So a program that takes
+ * blocks faster than the pace, or than the thread is woken and scheduled,
+ * soon finds them ready, and the pace holds for the rest. */
+#define BOOST_MAX_BYTES (64u << 20)
+#define BOOST_DECAY_NS 1000000000u
 
 struct chunk {
     uintptr_t base;
@@ -55,14 +68,17 @@ struct cp_pool {
     size_t out;
     size_t callers_busy;        /* blocks callers work on, and a caller's growing */
     int thread_busy;            /* the thread works on a block */
-    int thread_asleep;          /* the thread waits for work or for its pace: wake
-                                   it (otherwise it looks again before it sleeps) */
+    int thread_asleep;          /* AWAKE, IDLE (nothing to do) or PACING (waiting for
+                                   its pace): see wake_thread */
     int growing;
     int thread_failed;          /* the thread's last populate or grow failed:
                                    it leaves them until something changes */
     atomic_size_t waiters;
     atomic_uint_least64_t max_rate;
     atomic_size_t low_water;
+    size_t boost;               /* added to low_water while callers find none ready */
+    size_t boost_max;
+    uint64_t last_miss;         /* when a caller last found none ready */
     atomic_int stop;
     int closed;                 /* 1 closed; 2 closed, memory kept until the last block */
     int unmapped;
@@ -157,19 +173,81 @@ static size_t pop(struct cp_pool *p, int which)
     return i;
 }
 
-/* The thread (or a waiting caller) wants work done now, not at the pace. */
+static size_t low_water(struct cp_pool *p)
+{
+    return atomic_load_explicit(&p->low_water, memory_order_relaxed);
+}
+
+/* The thread (or a waiting caller) wants work done now, not at the pace:
+ * someone waits, or fewer blocks are ready than low_water and its rise. */
 static int in_demand(struct cp_pool *p)
 {
     return atomic_load_explicit(&p->waiters, memory_order_relaxed) > 0
-        || load_count(p, READY) < atomic_load_explicit(&p->low_water, memory_order_relaxed);
+        || load_count(p, READY) < low_water(p) + __atomic_load_n(&p->boost, __ATOMIC_RELAXED);
 }
 
-/* Wake the thread only where it sleeps: a signal costs a system call, and
- * on a busy machine the woken thread may take the caller's CPU at once. */
+static int may_grow(const struct cp_pool *p);
+
+/* What the thread does next (lock held): zero a block given back (at the
+ * pace, unless in demand; not at all at max_rate 0 unless in demand), or
+ * below low_water fault in a fresh block or map more. */
+static int next_task(struct cp_pool *p)
+{
+    int need = p->count[READY] < low_water(p) && !p->thread_failed;
+    if (p->count[DIRTY] && (atomic_load(&p->max_rate) || in_demand(p)))
+        return ZERO;
+    if (need && p->count[FRESH])
+        return POPULATE;
+    if (need && may_grow(p) && !p->closed)
+        return GROW;
+    return NOTHING;
+}
+
+/* Wake the thread only where that changes what it does: a signal costs a
+ * system call on the caller's path.  An idle thread is woken where it has
+ * work now; a pacing one where the work cannot wait for its next look (a
+ * caller waits, or fewer than low_water are ready): a rise of the mark
+ * alone it notices at its next step. */
+static int thread_wanted(struct cp_pool *p)
+{
+    return (p->thread_asleep == IDLE && next_task(p) != NOTHING)
+        || (p->thread_asleep == PACING
+            && (atomic_load_explicit(&p->waiters, memory_order_relaxed) > 0
+                || p->count[READY] < low_water(p)));
+}
+
 static void wake_thread(struct cp_pool *p)
+{
+    if (thread_wanted(p))
+        pthread_cond_signal(&p->work);
+}
+
+/* Wake it whatever it does (its pace changed, blocks changed state under it). */
+static void nudge_thread(struct cp_pool *p)
 {
     if (p->thread_asleep)
         pthread_cond_signal(&p->work);
+}
+
+/* A caller found no block ready (lock held).  At max_rate 0 the program
+ * asked for blocks zeroed only when needed: no rise then. */
+static void missed(struct cp_pool *p, uint64_t now)
+{
+    if (p->boost < p->boost_max && atomic_load(&p->max_rate))
+        __atomic_store_n(&p->boost, p->boost + 1, __ATOMIC_RELAXED);
+    p->last_miss = now;
+}
+
+/* The rise of the mark decays while no caller misses (lock held). */
+static void settle_boost(struct cp_pool *p)
+{
+    if (!p->boost)
+        return;
+    uint64_t now = now_ns();
+    if (now - p->last_miss >= BOOST_DECAY_NS) {
+        __atomic_store_n(&p->boost, p->boost / 2, __ATOMIC_RELAXED);
+        p->last_miss = now;
+    }
 }
 
 static void wake_waiters(struct cp_pool *p)
@@ -307,12 +385,12 @@ static void pace_wait(struct cp_pool *p)
     struct timespec ts;
     deadline_of(p->pace_next, &ts);
     uint64_t rate = atomic_load(&p->max_rate);
-    p->thread_asleep = 1;
+    p->thread_asleep = PACING;
     while (!atomic_load(&p->stop) && !in_demand(p) && now_ns() < p->pace_next
            && atomic_load(&p->max_rate) == rate)
         if (pthread_cond_timedwait(&p->work, &p->lock, &ts) == ETIMEDOUT)
             break;
-    p->thread_asleep = 0;
+    p->thread_asleep = AWAKE;
     if (atomic_load(&p->max_rate) != rate)
         p->pace_next = 0;       /* a new pace starts now */
 }
@@ -359,22 +437,22 @@ static void thread_zero(struct cp_pool *p, size_t i)
 static void *pool_thread(void *arg)
 {
     struct cp_pool *p = arg;
-    /* A batch thread: woken, it does not take the CPU from the thread that
-     * woke it (the program, which gave a block back or took one), and it
-     * runs at the same weight otherwise.  Best effort. */
-    struct sched_param param = {0};
-    pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+    /* The thread runs at the program's own priority: as SCHED_BATCH (which a
+     * wakeup never lets preempt anything) it waited a millisecond or more
+     * for a CPU on a busy 2-CPU guest, where the program took the next block
+     * 100 us later (docs/results.md).  What it may cost the program's other
+     * work is bounded by the pace, not by the scheduler. */
     pthread_mutex_lock(&p->lock);
     while (!atomic_load(&p->stop)) {
-        int need = load_count(p, READY) < atomic_load(&p->low_water);
-        int demand = in_demand(p);
-        if (p->count[DIRTY] && (demand || atomic_load(&p->max_rate))) {
+        settle_boost(p);
+        int task = next_task(p);
+        if (task == ZERO) {
             p->thread_busy = 1;
             thread_zero(p, pop(p, DIRTY));
             p->thread_busy = 0;
             wake_waiters(p);
             settle_closed(p);
-        } else if (need && !p->thread_failed && p->count[FRESH]) {
+        } else if (task == POPULATE) {
             size_t i = pop(p, FRESH);
             p->thread_busy = 1;
             pthread_mutex_unlock(&p->lock);
@@ -392,16 +470,16 @@ static void *pool_thread(void *arg)
             }
             wake_waiters(p);
             settle_closed(p);
-        } else if (need && !p->thread_failed && may_grow(p) && !p->closed) {
+        } else if (task == GROW) {
             int err = grow(p);
             if (err) {
                 p->thread_failed = 1;
                 p->s.error = err;
             }
         } else {
-            p->thread_asleep = 1;
+            p->thread_asleep = IDLE;
             pthread_cond_wait(&p->work, &p->lock);
-            p->thread_asleep = 0;
+            p->thread_asleep = AWAKE;
         }
     }
     pthread_mutex_unlock(&p->lock);
@@ -447,10 +525,18 @@ int cp_pool_new(const struct cp_pool_config *config, struct cp_pool **out)
     atomic_init(&p->refs, 1);
     atomic_init(&p->max_rate, c->max_rate);
     atomic_init(&p->low_water, c->low_water);
+    p->boost_max = BOOST_MAX_BYTES / c->block_size ? BOOST_MAX_BYTES / c->block_size : 1;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_mutex_init(&p->lock, NULL);
+    /* The lock is held for a few instructions at a time: a caller that finds
+     * it taken spins a little before it sleeps, rather than pay two system
+     * calls (its sleep, and the holder's wake) on its way to a block. */
+    pthread_mutexattr_t lock_attr;
+    pthread_mutexattr_init(&lock_attr);
+    pthread_mutexattr_settype(&lock_attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&p->lock, &lock_attr);
+    pthread_mutexattr_destroy(&lock_attr);
     pthread_cond_init(&p->work, &attr);
     pthread_cond_init(&p->changed, &attr);
     pthread_condattr_destroy(&attr);
@@ -537,7 +623,8 @@ static int leave(struct cp_pool *p, size_t i, uint64_t t0, uintptr_t *addr)
     p->out++;
     p->s.acquires++;
     if (t0) {
-        uint64_t waited = now_ns() - t0;
+        uint64_t now = now_ns(), waited = now - t0;
+        missed(p, now);
         p->s.acquires_waited++;
         p->s.wait_ns += waited;
         if (waited > p->s.wait_max_ns)
@@ -591,7 +678,7 @@ int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_
                  uintptr_t *addr)
 {
     uint64_t t0 = asked_ns, deadline = 0, start = 0;
-    int err = 0;
+    int err = 0, wake = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
         if (p->forked) {
@@ -604,8 +691,7 @@ int cp_pool_take(struct cp_pool *p, int flags, uint64_t asked_ns, uint64_t wait_
         }
         if (p->count[READY]) {
             err = leave(p, pop(p, READY), t0, addr);
-            if (!err && p->count[READY] < atomic_load(&p->low_water))
-                wake_thread(p);
+            wake = thread_wanted(p);
             break;
         }
         if (!t0)
@@ -677,6 +763,11 @@ wait:
         p->s.refused++;
     settle_closed(p);
     pthread_mutex_unlock(&p->lock);
+    /* After the unlock, so that the thread, woken, does not sleep again on
+     * the lock the caller still holds.  It waits for the signal where it was
+     * seen waiting, and a signal it no longer needs is harmless. */
+    if (wake)
+        pthread_cond_signal(&p->work);
     return err;
 }
 
@@ -685,7 +776,7 @@ int cp_pool_give(struct cp_pool *p, uintptr_t addr)
     pthread_mutex_lock(&p->lock);
     const struct chunk *c = p->unmapped ? NULL : chunk_of(p, addr);
     size_t i = 0;
-    int err = 0;
+    int err = 0, wake = 0;
     if (!c || (addr - c->base) % p->cfg.block_size) {
         err = EINVAL;
     } else {
@@ -702,12 +793,14 @@ int cp_pool_give(struct cp_pool *p, uintptr_t addr)
         } else {
             push(p, DIRTY, i);
             p->thread_failed = 0;
-            wake_thread(p);
+            wake = thread_wanted(p);
             wake_waiters(p);
             settle_closed(p);
         }
     }
     pthread_mutex_unlock(&p->lock);
+    if (wake)
+        pthread_cond_signal(&p->work);      /* after the unlock, as in cp_pool_take */
     return err;
 }
 
@@ -775,7 +868,7 @@ int cp_pool_trim(struct cp_pool *p, uint64_t *bytes)
         push(p, j < done ? FRESH : was[j], idle[j]);
     p->s.trimmed_bytes += (uint64_t)done * p->cfg.block_size;
     p->thread_failed = 0;
-    wake_thread(p);
+    nudge_thread(p);
     wake_waiters(p);
     settle_closed(p);
     pthread_mutex_unlock(&p->lock);
@@ -790,14 +883,17 @@ void cp_pool_set_pace(struct cp_pool *p, uint64_t max_rate, size_t low_water)
     pthread_mutex_lock(&p->lock);
     atomic_store(&p->max_rate, max_rate);
     atomic_store(&p->low_water, low_water);
+    if (!max_rate)
+        __atomic_store_n(&p->boost, 0, __ATOMIC_RELAXED);
     p->thread_failed = 0;
-    wake_thread(p);
+    nudge_thread(p);
     pthread_mutex_unlock(&p->lock);
 }
 
 void cp_pool_stats(struct cp_pool *p, struct cp_pool_stats *out)
 {
     pthread_mutex_lock(&p->lock);
+    settle_boost(p);
     *out = p->s;
     out->blocks = p->nblocks;
     out->fresh = p->count[FRESH];
@@ -806,6 +902,7 @@ void cp_pool_stats(struct cp_pool *p, struct cp_pool_stats *out)
     out->out = p->out;
     out->busy = p->nblocks - p->out - p->count[FRESH] - p->count[READY] - p->count[DIRTY];
     out->max_blocks = p->cfg.max_blocks;
+    out->ready_target = low_water(p) + p->boost;
     out->closed = p->closed;
     out->forked = p->forked;
     pthread_mutex_unlock(&p->lock);

@@ -19,9 +19,14 @@
  * The thread zeroes dirty blocks with the routine it was given (the
  * policy's choice for memory not used soon: streaming stores, which keep
  * the program's own data in the cache).  While fewer than low_water blocks
- * are ready, or a caller waits, it works flat out and also faults in fresh
- * blocks and maps more (up to max_blocks); otherwise it zeroes at most
- * max_rate bytes a second (0: not at all).
+ * are ready it works flat out and also faults in fresh blocks and maps
+ * more (up to max_blocks).  While a caller waits it works flat out too.
+ * Otherwise it zeroes at most max_rate bytes a second (0: not at all); but
+ * where max_rate is not 0, each caller that finds no block ready raises
+ * the number it zeroes ready flat out by one (up to 64 MiB of blocks; the
+ * rise halves each second no caller misses): a program that takes blocks
+ * faster than the pace would otherwise zero them itself, on its own
+ * critical path and with the same memory bandwidth.
  *
  * A forked child inherits no thread: there every pool reads as closed
  * (cp_pool_take refuses with ECHILD), blocks given back are let go, and
@@ -73,6 +78,8 @@ struct cp_pool_stats {
     size_t blocks;              /* mapped */
     size_t fresh, ready, dirty, busy, out;
     size_t max_blocks;          /* 0: no bound */
+    size_t ready_target;        /* blocks the thread keeps ready flat out now: low_water,
+                                   raised while callers find none ready */
     uint64_t acquires;          /* blocks handed out */
     uint64_t acquires_ready;    /* ... that were ready when asked for */
     uint64_t acquires_waited;   /* ... that were not (prepared by the caller or waited for) */

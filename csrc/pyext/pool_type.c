@@ -368,10 +368,11 @@ static PyObject *pool_stats(PoolCore *self, PyObject *unused)
 #define N(x) (Py_ssize_t)(x)
 #define K(x) (unsigned long long)(x)
     return Py_BuildValue(
-        "{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
+        "{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
         "s:K,s:K,s:K,s:K,s:i,s:i,s:i}",
         "blocks", N(s.blocks), "fresh", N(s.fresh), "ready", N(s.ready), "dirty",
         N(s.dirty), "busy", N(s.busy), "out", N(s.out), "max_blocks", N(s.max_blocks),
+        "ready_target", N(s.ready_target),
         "acquires", K(s.acquires), "acquires_ready", K(s.acquires_ready),
         "acquires_waited", K(s.acquires_waited), "wait_ns", K(s.wait_ns),
         "wait_max_ns", K(s.wait_max_ns), "refused", K(s.refused), "releases",
