@@ -65,11 +65,12 @@ ALIGNMENTS = {
 #: Populate in slices so Ctrl-C is answered between them.
 _POPULATE_SLICE = 256 * MiB
 
-#: populate(threads="auto") measures before it spreads the page faults: the
-#: first _PROBE bytes on one thread, the next _PROBE on several, and the rest
-#: on several only where they were at least _SPREAD_GAIN faster: the
-#: kernel's fault path does not scale everywhere (docs/results.md, "The
-#: measurements behind the code's numbers").
+#: populate(threads="auto") measures before it spreads the page faults: four
+#: _PROBE-byte probes, on one thread, several, several and one, and the rest
+#: on several only where the slower of their probes was at least
+#: _SPREAD_GAIN faster than the quicker of one thread's: the kernel's fault
+#: path does not scale everywhere (docs/results.md, "The measurements
+#: behind the code's numbers").
 _PROBE = 32 * MiB
 _SPREAD_GAIN = 1.2
 #: The most threads populate spreads over (a fault-bound kernel path gains
@@ -569,28 +570,31 @@ class Region(RegionMemory):
 
     def _probe_populate(self, address: int, size: int) -> tuple[int, int]:
         """threads="auto": (threads for the rest, bytes faulted in already).
-        One thread over the first probe, several over the next; the region
-        must hold four probes, else one thread (too little to gain)."""
+        Four probes in turn, one thread, several, several, one; several
+        threads are used for the rest only where the slower of their probes
+        beat the quicker of one thread's by _SPREAD_GAIN: a stall in either
+        (the kernel compacting memory for the first huge pages, another
+        program) keeps one thread, which is never slower than itself.  The
+        region must hold four probes, else one thread (too little to gain)."""
         probe = max(_PROBE, self._page)
         tried = min(len(os.sched_getaffinity(0)), 4)
         if tried < 2 or size < 4 * probe:
             return 1, 0
         clock = time.perf_counter
-        t0 = clock()
-        err = lib.cp_region_populate_threads(address, probe, self._page, self._kind, 1)
-        t1 = clock()
-        if not err:
-            err = lib.cp_region_populate_threads(address + probe, probe, self._page,
-                                                 self._kind, tried)
-        t2 = clock()
-        if err:
-            return 1, 0         # the slices report it
-        one, spread = probe / max(t1 - t0, 1e-9), probe / max(t2 - t1, 1e-9)
+        took: dict[int, list[float]] = {1: [], tried: []}
+        for i, n in enumerate((1, tried, tried, 1)):
+            t0 = clock()
+            err = lib.cp_region_populate_threads(address + i * probe, probe, self._page,
+                                                 self._kind, n)
+            if err:
+                return 1, 0     # the slices report it
+            took[n].append(max(clock() - t0, 1e-9))
+        one, spread = probe / min(took[1]), probe / max(took[tried])
         chosen = tried if spread >= one * _SPREAD_GAIN else 1
         POPULATE_FINDINGS[self._page_name] = {
             "threads": chosen, "tried": tried, "one_gbps": one / 1e9,
             "spread_gbps": spread / 1e9, "speedup": spread / one, "probe": probe}
-        return chosen, 2 * probe
+        return chosen, 4 * probe
 
     @property
     def backing(self) -> Backing:

@@ -158,10 +158,10 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
                     "measured)", out, indent="  ")
     else:
         _output.say("populate(threads='auto') on %s pages, measured now: %d threads fault in "
-                    "at %.2fx one thread (%.2f against %.2f GB/s; %.1fx needed to spread), "
-                    "so it uses %d" % (pop["page_size"], f["tried"], f["speedup"],
-                                       f["spread_gbps"], f["one_gbps"], pop["spread_gain"],
-                                       f["threads"]), out, indent="  ")
+                    "at %.2fx one thread (the slower of two probes against the quicker of "
+                    "two: %.2f against %.2f GB/s; %.1fx needed to spread), so it uses %d"
+                    % (pop["page_size"], f["tried"], f["speedup"], f["spread_gbps"],
+                       f["one_gbps"], pop["spread_gain"], f["threads"]), out, indent="  ")
     c = data["calibration"]
     print("\ncalibration", file=out)
     if c["setting"] == "off":
