@@ -125,7 +125,7 @@ def _timed(benchmark, run, work, rounds, size, how):
 def test_co_runner(benchmark):
     """The slowdown of a memory-bound loop on another CPU while the pool zeroes
     (idle, default pace, flat out); a table, not a time."""
-    res = poolbench.co_runner(phase_s=1.0, rounds=3)
+    res = poolbench.co_runner(phase_s=0.5, rounds=8)
     if "skipped" in res:
         pytest.skip(res["skipped"])
     benchmark.pedantic(time.perf_counter, rounds=1)

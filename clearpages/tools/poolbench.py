@@ -16,6 +16,10 @@ Four measurements, each side by side in one process, rounds interleaved:
    zeroing at its default pace, and flat out; its slowdown, and the pace
    the pool reached.
 4. (in 2) numpy's own allocator against ``zeroed_arrays``.
+5. ``Region(populate=True, threads=...)``: one thread, two, and "auto".
+
+The load average before and after each is part of its result: the
+machine's other work shows in every figure.
 
 numpy is needed (the touches); torch is optional.
 """
@@ -55,32 +59,49 @@ def _percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def latency(block: int = 2 * MiB, work_s: float = 100e-6, n: int = 3000,
             page_size: str = "auto") -> dict[str, Any]:
-    """Percentiles of acquire() in microseconds, and the pool's counters."""
+    """Percentiles of acquire() in microseconds, of every call and of the
+    calls that found a block ready (the pool kept up), and the pool's
+    counters."""
     clock = time.perf_counter_ns
     pairs = [(clock(), clock()) for _ in range(1000)]
     overhead = min(b - a for a, b in pairs)
     samples: list[float] = []
+    ready: list[float] = []
+    load0 = _load()
     with Pool(block, page_size=page_size) as pool:
         for _ in range(50):                     # the first blocks are faulted in
             pool.acquire().release()
             spin(work_s)
         before = pool.stats()
+        was = before.acquires_ready
         for _ in range(n):
             t0 = clock()
             blk = pool.acquire()
             t1 = clock()
-            samples.append((t1 - t0) / 1e3)
-            spin(work_s)
+            took = (t1 - t0) / 1e3
+            samples.append(took)
+            now = pool._stats()["acquires_ready"]   # within the work, untimed
+            if now != was:
+                ready.append(took)
+            was = now
+            spin(work_s - (clock() - t1) / 1e9)
             blk.release()
         st = pool.stats()
     return {
         "block": block, "work_us": work_s * 1e6, "n": n, "page_size": pool.page_size_name,
         "p50_us": _percentile(samples, 0.5), "p90_us": _percentile(samples, 0.9),
         "p99_us": _percentile(samples, 0.99), "max_us": max(samples),
+        "ready_p50_us": _percentile(ready, 0.5) if ready else None,
+        "ready_p99_us": _percentile(ready, 0.99) if ready else None,
         "clock_us": max(0, overhead) / 1e3,
         "ready_share": (st.acquires_ready - before.acquires_ready) / n,
+        "ready_target": st.ready_target, "load": [load0, _load()],
     }
 
 
@@ -164,11 +185,14 @@ def _candidates(size: int) -> Iterator[dict[str, Callable[[], float]]]:
 
 def time_to_zeroed(size: int, work_s: float, rounds: int = 7,
                    seed: int = 0) -> dict[str, Any]:
-    """Median seconds per round (get + touch) and to the zeroed buffer, per
-    candidate; rounds interleaved in a shuffled order."""
+    """Median seconds per round (get + touch), to the zeroed buffer, and to
+    zeroed, resident memory (np.zeros: its whole round, since its touches
+    are what fault it in), per candidate; rounds interleaved in a shuffled
+    order."""
     rng = random.Random(seed)
     whole: dict[str, list[float]] = {}
     first: dict[str, list[float]] = {}
+    load0 = _load()
     with _candidates(size) as cands:
         for fn in cands.values():                 # once each, untimed: fault in the pool
             fn()
@@ -185,9 +209,48 @@ def time_to_zeroed(size: int, work_s: float, rounds: int = 7,
     base = statistics.median(whole["np.zeros"])
     for name in whole:
         w, z = statistics.median(whole[name]), statistics.median(first[name])
-        rows[name] = {"round_s": w, "to_zeroed_s": z, "round_min_s": min(whole[name]),
-                      "round_max_s": max(whole[name]), "speedup": base / w if w else None}
-    return {"size": size, "work_s": work_s, "rounds": rounds, "rows": rows}
+        resident = w if name == "np.zeros" else z
+        rows[name] = {"round_s": w, "to_zeroed_s": z, "resident_s": resident,
+                      "round_min_s": min(whole[name]), "round_max_s": max(whole[name]),
+                      "speedup": base / w if w else None,
+                      "resident_speedup": base / resident if resident else None,
+                      "rounds_s": whole[name], "to_zeroed_rounds_s": first[name]}
+    return {"size": size, "work_s": work_s, "rounds": rounds, "rows": rows,
+            "load": [load0, _load()]}
+
+
+def populate(size: int, rounds: int = 5, seed: int = 0) -> dict[str, Any]:
+    """Region(size, populate=True, threads=...) for threads 1, 2 and "auto",
+    on 4 KiB and 2 MiB pages, rounds interleaved in a shuffled order: median
+    seconds, and what auto chose."""
+    from .. import _region
+    from .._system import thp_mode
+
+    rng = random.Random(seed)
+    load0 = _load()
+    pages = ["4k"] + (["2m"] if thp_mode() not in (None, "never") else [])
+    out: dict[str, Any] = {"size": size, "rounds": rounds, "pages": {}}
+    for page in pages:
+        times: dict[str, list[float]] = {}
+        chose: list[int] = []
+        for _ in range(rounds):
+            order: list[int | str] = [1, 2, "auto"]
+            rng.shuffle(order)
+            for threads in order:
+                t0 = time.perf_counter()
+                r = Region(size, page_size=page, populate=True, threads=threads)
+                times.setdefault(str(threads), []).append(time.perf_counter() - t0)
+                r.close()
+                if threads == "auto":
+                    found = _region.POPULATE_FINDINGS.get(page)
+                    chose.append(found["threads"] if found else 1)
+        one = statistics.median(times["1"])
+        out["pages"][page] = {
+            name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t),
+                   "vs_one": one / statistics.median(t)} for name, t in times.items()}
+        out["pages"][page]["auto_chose"] = chose
+    out["load"] = [load0, _load()]
+    return out
 
 
 _CORUNNER = r"""
@@ -215,6 +278,7 @@ def co_runner(block: int = 8 * MiB, phase_s: float = 1.0, rounds: int = 3) -> di
         return {"skipped": "needs two CPUs (one for the program and its pool, one for "
                            "the co-running loop)"}
     mine, other = cpus[0], cpus[1]
+    load = [_load()]
     old_affinity = os.sched_getaffinity(0)
     with tempfile.NamedTemporaryFile() as counter:
         counter.write(b"\0" * 8)
@@ -254,25 +318,30 @@ def co_runner(block: int = 8 * MiB, phase_s: float = 1.0, rounds: int = 3) -> di
                         p = phases.setdefault(name, {"rate": [], "pace": []})
                         p["rate"].append((c1 - c0) / (t1 - t0))
                         p["pace"].append((st1.zeroed_bytes - st0.zeroed_bytes) / (t1 - t0))
+            load.append(_load())
         finally:
             proc.kill()
             proc.wait()
             os.sched_setaffinity(0, old_affinity)
             m.close()
-    idle = statistics.median(phases["idle"]["rate"])
-    rows = {}
+    rows: dict[str, Any] = {}
     for name, p in phases.items():
         rate = statistics.median(p["rate"])
-        rows[name] = {"copies_per_s": rate, "slowdown": 1 - rate / idle if idle else None,
+        # Each round's phase against the same round's idle phase, so that
+        # the machine's other work, which drifts, weighs on both alike.
+        paired = sorted(1 - r / i for r, i in zip(p["rate"], phases["idle"]["rate"]) if i)
+        rows[name] = {"copies_per_s": rate, "slowdown": statistics.median(paired)
+                      if paired else None,
+                      "slowdown_range": [paired[0], paired[-1]] if paired else None,
                       "pace_bytes_s": statistics.median(p["pace"]),
                       "rates": p["rate"]}
     return {"block": block, "phase_s": phase_s, "rounds": rounds, "rows": rows,
-            "default_max_rate": DEFAULT_MAX_RATE, "cpus": [mine, other]}
+            "default_max_rate": DEFAULT_MAX_RATE, "cpus": [mine, other], "load": load}
 
 
 def measure(sizes: list[int], *, quick: bool = False,
             progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
-    steps = 2 + 2 * len(sizes)
+    steps = 3 + 2 * len(sizes)
     done = 0
 
     def step(what: str) -> None:
@@ -288,11 +357,18 @@ def measure(sizes: list[int], *, quick: bool = False,
         for work in (0.0, 0.040):
             step("%s, %s" % (format_size(size), "tight" if not work else "40 ms of work"))
             data["to_zeroed"].append(time_to_zeroed(size, work, rounds=3 if quick else 7))
+    step("populate with threads")
+    data["populate"] = populate(max(sizes), rounds=2 if quick else 5)
     step("co-running loop")
-    data["co_runner"] = co_runner(phase_s=0.5 if quick else 1.0, rounds=2 if quick else 3)
+    data["co_runner"] = co_runner(phase_s=0.25 if quick else 0.5, rounds=3 if quick else 8)
     if progress:
         progress(steps, steps, "")
     return data
+
+
+def _load_text(load: list[list[float]]) -> str:
+    return "load average %s before, %s after" % tuple(
+        " ".join("%.2f" % x for x in one) for one in load)
 
 
 def report(data: dict[str, Any], out: TextIO) -> None:
@@ -300,23 +376,42 @@ def report(data: dict[str, Any], out: TextIO) -> None:
 
     lat = data["latency"]
     print(file=out)
-    say("Pool.acquire() of a %s block (%s pages), %d us of work between, %d calls:"
-        % (format_size(lat["block"]), lat["page_size"], lat["work_us"], lat["n"]), out)
-    say("  p50 %.2f us   p90 %.2f us   p99 %.2f us   max %.1f us   (%.0f%% were ready)"
-        % (lat["p50_us"], lat["p90_us"], lat["p99_us"], lat["max_us"],
-           100 * lat["ready_share"]), out, hang="    ")
+    say("Pool.acquire() of a %s block (%s pages), %d us of work between, %d calls (%s):"
+        % (format_size(lat["block"]), lat["page_size"], lat["work_us"], lat["n"],
+           _load_text(lat["load"])), out)
+    say("  every call: p50 %.2f us   p90 %.2f us   p99 %.2f us   max %.1f us"
+        % (lat["p50_us"], lat["p90_us"], lat["p99_us"], lat["max_us"]), out, hang="    ")
+    if lat["ready_p50_us"] is not None:
+        say("  the %.1f%% that found a block ready: p50 %.2f us   p99 %.2f us   (the "
+            "thread kept %d ready flat out at the end)"
+            % (100 * lat["ready_share"], lat["ready_p50_us"], lat["ready_p99_us"],
+               lat["ready_target"]), out, hang="    ")
     for res in data["to_zeroed"]:
         work = ("a tight loop" if not res["work_s"]
                 else "%d ms of work before each" % (res["work_s"] * 1e3))
         print(file=out)
-        say("A zeroed, resident %s, then a write to every page (%s; median of %d):"
-            % (format_size(res["size"]), work, res["rounds"]), out)
-        print("  %-26s %12s %12s %10s" % ("", "to zeroed", "with writes", "vs np.zeros"),
-              file=out)
+        say("A zeroed, resident %s, then a write to every page (%s; median of %d; %s):"
+            % (format_size(res["size"]), work, res["rounds"], _load_text(res["load"])), out)
+        print("  %-24s %11s %9s %11s %9s" % ("", "to resident", "vs numpy", "with writes",
+                                              "vs numpy"), file=out)
         for name, row in res["rows"].items():
-            print("  %-26s %9.3f ms %9.2f ms %9.1fx"
-                  % (name, row["to_zeroed_s"] * 1e3, row["round_s"] * 1e3, row["speedup"]),
-                  file=out)
+            print("  %-24s %8.3f ms %8.1fx %8.2f ms %8.1fx"
+                  % (name, row["resident_s"] * 1e3, row["resident_speedup"],
+                     row["round_s"] * 1e3, row["speedup"]), file=out)
+        say("  (numpy: np.zeros + a write to every page, which is what makes it "
+            "resident; to resident: the call that gives zeroed, resident memory)", out,
+            hang="   ")
+    pop = data.get("populate")
+    if pop:
+        print(file=out)
+        say("Region(%s, populate=True, threads=...), median of %d, interleaved (%s):"
+            % (format_size(pop["size"]), pop["rounds"], _load_text(pop["load"])), out)
+        for page, rows in pop["pages"].items():
+            say("  %s pages: %s; auto chose %s" % (page, ", ".join(
+                "threads=%s %.1f ms (%.2fx one)" % (name, rows[name]["median_s"] * 1e3,
+                                                    rows[name]["vs_one"])
+                for name in ("1", "2", "auto")),
+                " ".join(str(n) for n in rows["auto_chose"])), out, hang="    ")
     co = data["co_runner"]
     if "skipped" in co:
         print(file=out)
@@ -324,11 +419,17 @@ def report(data: dict[str, Any], out: TextIO) -> None:
         return
     print(file=out)
     say("A memory-bound loop (64 MiB copies) on CPU %d while the pool zeroes %s blocks "
-        "on CPU %d:" % (co["cpus"][1], format_size(co["block"]), co["cpus"][0]), out)
+        "on CPU %d (%s):" % (co["cpus"][1], format_size(co["block"]), co["cpus"][0],
+                             _load_text(co["load"])), out)
     for name, row in co["rows"].items():
-        print("  %-10s %8.1f copies/s  slowdown %5.1f%%  pool's pace %6.2f GB/s"
-              % (name, row["copies_per_s"], 100 * (row["slowdown"] or 0),
-                 row["pace_bytes_s"] / 1e9), file=out)
+        lo, hi = row["slowdown_range"] or (0.0, 0.0)
+        print("  %-9s %6.1f copies/s  loss %5.1f%% (rounds %+.0f%% to %+.0f%%)  %5.2f GB/s"
+              % (name, row["copies_per_s"], 100 * (row["slowdown"] or 0), 100 * lo,
+                 100 * hi, row["pace_bytes_s"] / 1e9), file=out)
+    say("  (loss: the median over rounds of each phase's copies against the same "
+        "round's idle phase, %d rounds of %.2g s phases; GB/s: the pool's pace, what it "
+        "zeroed a second)" % (co["rounds"], co["phase_s"]), out, hang="   ")
 
 
-__all__ = ["co_runner", "latency", "measure", "report", "spin", "time_to_zeroed"]
+__all__ = ["co_runner", "latency", "measure", "populate", "report", "spin",
+           "time_to_zeroed"]
