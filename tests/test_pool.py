@@ -698,8 +698,12 @@ def test_plan_describes_a_pool():
     r = run_python("import sys; from clearpages.tools import cli; "
                    "sys.exit(cli.main(['plan', '3M', '--pool']))")
     assert r.returncode == 0, r.stderr
-    assert "blocks of 4 MiB" in r.stdout or "blocks of 3 MiB" in r.stdout, r.stdout
-    assert "fewer than 1 is ready" in r.stdout and "thread" in r.stdout
+    text = " ".join(r.stdout.split())
+    assert "blocks of 4 MiB" in text or "blocks of 3 MiB" in text, text
+    assert "fewer than 1 is ready" in text and "thread" in text
+    # what it zeroes with, its pace, its rise, how fresh blocks are faulted in
+    assert "for memory not used soon" in text and "GB/s otherwise" in text
+    assert "each acquire that finds none ready" in text and "MADV_POPULATE_WRITE" in text
     r = run_python("import sys; from clearpages.tools import cli; "
                    "sys.exit(cli.main(['plan', '64K', '--pool', '--json']))")
     import json

@@ -150,7 +150,10 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     pool, pop = data["pool"], data["populate"]
     print("\npools", file=out)
     _output.say("a Pool's thread zeroes with %s (the policy's routine for memory not used "
-                "soon), at most %.3g GB/s above its low-water mark by default, flat out below"
+                "soon), at most %.3g GB/s above its low-water mark by default, flat out "
+                "below it (a mark that rises by one for each acquire that finds no block "
+                "ready) and while a caller waits; it faults fresh blocks in one at a time "
+                "(MADV_POPULATE_WRITE)"
                 % (pool["routine"], pool["default_max_rate"] / 1e9), out, indent="  ")
     f = pop["found"]
     if f is None:
