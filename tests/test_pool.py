@@ -152,6 +152,22 @@ def test_a_block_capsule_nobody_takes_lets_its_view_go(kw):
         blk.release()
 
 
+def test_dlpack_exports_keep_no_reference():
+    """Taken or not, versioned or not, each export lets its view of the block
+    go once: the block's references and exports are as before."""
+    with cp.Pool("64K", page_size="4k") as pool:
+        blk = pool.acquire()
+        before = sys.getrefcount(blk)
+        for i in range(600):
+            cap = blk.__dlpack__(max_version=(1, 0)) if i % 2 else blk.__dlpack__()
+            if i % 3:
+                Taken(cap).delete()
+            del cap
+        gc.collect()
+        assert sys.getrefcount(blk) == before and blk._exports == 0
+        blk.release()
+
+
 def test_a_block_exported_in_a_with_block_goes_back_when_the_tensor_goes():
     with cp.Pool("64K", page_size="4k") as pool:
         with pool.acquire() as blk:
