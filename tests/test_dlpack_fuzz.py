@@ -369,6 +369,8 @@ def test_capsules_from_a_hostile_producer(entry, memory):
                                      case.version, case.flags, case.ndim, case.null)) from None
     sys.stderr.write("\n%s: %d capsules, %d taken, %d refused, %d not made (seed %d)\n"
                      % (entry, n, counts["taken"], counts["refused"], counts["lies"], SEED))
-    # The fuzzer feeds both kinds, and few it cannot judge.
-    assert counts["taken"] > n // 5 and counts["refused"] > n // 20
+    # The fuzzer feeds both kinds, and few it cannot judge.  The bounds sit
+    # far below what a seed gives (nonzero_pages takes 20-32% of 400
+    # capsules over seeds), so a seed never fails them by chance.
+    assert counts["taken"] > n // 10 and counts["refused"] > n // 20
     assert counts["lies"] < n // 10
