@@ -129,57 +129,39 @@ def _candidates(size: int) -> Iterator[dict[str, Callable[[], float]]]:
     torch = _torch()
     clock = time.perf_counter
 
+    def timed(get: Callable[[], Any], done: Callable[[Any], None]) -> Callable[[], float]:
+        """One round: get a buffer (timed), write a byte of every page
+        (an array or tensor directly, anything else through numpy), hand
+        it back with done."""
+        def round_() -> float:
+            t0 = clock()
+            obj = get()
+            t1 = clock()
+            a = obj if isinstance(obj, np.ndarray) or (
+                torch is not None and isinstance(obj, torch.Tensor)) else \
+                np.frombuffer(obj, dtype=np.uint8)
+            a[::PAGE] = 1
+            del a
+            done(obj)
+            return t1 - t0
+        return round_
+
+    def drop(obj: Any) -> None:
+        pass
+
     with Pool(size, page_size="auto") as pool:
-        def pool_round() -> float:
-            t0 = clock()
-            blk = pool.acquire()
-            t1 = clock()
-            a = np.frombuffer(blk, dtype=np.uint8)
-            a[::PAGE] = 1
-            del a
-            blk.release()
-            return t1 - t0
-
-        def numpy_round() -> float:
-            t0 = clock()
-            a = np.zeros(size, dtype=np.uint8)
-            t1 = clock()
-            a[::PAGE] = 1
-            del a
-            return t1 - t0
-
-        def handler_round() -> float:
+        def handler_zeros() -> Any:
             with zeroed_arrays(pool):
-                t0 = clock()
-                a = np.zeros(size, dtype=np.uint8)
-                t1 = clock()
-            a[::PAGE] = 1
-            del a
-            return t1 - t0
-
-        def region_round() -> float:
-            t0 = clock()
-            r = Region(size, page_size="auto", populate=True)
-            t1 = clock()
-            a = np.frombuffer(r, dtype=np.uint8)
-            a[::PAGE] = 1
-            del a
-            r.close()
-            return t1 - t0
+                return np.zeros(size, dtype=np.uint8)
 
         rounds: dict[str, Callable[[], float]] = {
-            "pool": pool_round, "np.zeros": numpy_round,
-            "np.zeros, zeroed_arrays": handler_round, "Region populate": region_round}
+            "pool": timed(pool.acquire, lambda blk: blk.release()),
+            "np.zeros": timed(lambda: np.zeros(size, dtype=np.uint8), drop),
+            "np.zeros, zeroed_arrays": timed(handler_zeros, drop),
+            "Region populate": timed(
+                lambda: Region(size, page_size="auto", populate=True), lambda r: r.close())}
         if torch is not None:
-            def torch_round() -> float:
-                t0 = clock()
-                t = torch.zeros(size, dtype=torch.uint8)
-                t1 = clock()
-                t[::PAGE] = 1
-                del t
-                return t1 - t0
-
-            rounds["torch.zeros"] = torch_round
+            rounds["torch.zeros"] = timed(lambda: torch.zeros(size, dtype=torch.uint8), drop)
         yield rounds
 
 
