@@ -25,6 +25,13 @@ routine of that phase, or for numpy.fill, or for memset, over auto's), with
 the lower and upper quartiles; the whole program is also set against the
 best single candidate over the whole program.
 
+Following a change: after the phase before, how soon auto reaches 0.9 of
+the best routine of the new phase.  The budget is max(64 calls, clears
+adding up to twice the last-level cache); each phase after the first is
+timed in two parts, its first ``budget`` calls and the rest, and
+"after the budget" is the best routine's time over auto's on the rest
+(goal: 0.9; "-" where the phase is no longer than its budget).
+
     python bench/bench_relearn.py [--programs phases scatter pad] [--sizes 1M 4M]
                                   [--rounds 7] [--pool 512M]
 """
@@ -109,18 +116,41 @@ CLOCK = [time.thread_time_ns]
 
 
 def run_phase(clear: Callable[[Slot], Any], use: Callable[[Slot], Any] | None,
-              slots: list[Slot]) -> float:
+              slots: list[Slot], split: int = 0) -> tuple[float, float]:
+    """(seconds of the phase, seconds of its calls from ``split`` on)."""
     clock = CLOCK[0]
-    if use is None:
-        t = clock()
-        for s in slots:
-            clear(s)
-        return (clock() - t) / 1e9
+    head, tail = slots[:split], slots[split:]
     t = clock()
-    for s in slots:
-        clear(s)
-        use(s)
-    return (clock() - t) / 1e9
+    if use is None:
+        for s in head:
+            clear(s)
+        m = clock()
+        for s in tail:
+            clear(s)
+    else:
+        for s in head:
+            clear(s)
+            use(s)
+        m = clock()
+        for s in tail:
+            clear(s)
+            use(s)
+    end = clock()
+    return (end - t) / 1e9, (end - m) / 1e9
+
+
+#: After a change, auto is judged from this many calls on, or from the call
+#: where its clears add up to BUDGET_L3 times the last-level cache, whichever
+#: is later; at least GOAL_FOLLOW of the best routine from there.
+BUDGET_CALLS = 64
+BUDGET_L3 = 2
+GOAL_FOLLOW = 0.9
+
+
+def budget(n: int) -> int:
+    """Calls a change may take, for n-byte clears."""
+    l3 = cp.cpu().last_cache or 32 * MiB
+    return max(BUDGET_CALLS, -(-BUDGET_L3 * l3 // n))
 
 
 def program_cells(program: str, n: int, names: list[str], routines: tuple[str, str],
@@ -141,6 +171,9 @@ def program_cells(program: str, n: int, names: list[str], routines: tuple[str, s
     phases = ("warm", "cold", "warm again")
     use = user(program, n)
     times: dict[str, dict[str, list[float]]] = {p: {k: [] for k in names} for p in phases}
+    # after the budget, in the phases that follow a change
+    later: dict[str, dict[str, list[float]]] = {p: {k: [] for k in names} for p in phases[1:]}
+    b = budget(n)
     try:
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
@@ -149,14 +182,16 @@ def program_cells(program: str, n: int, names: list[str], routines: tuple[str, s
                 if name == AUTO:
                     lib.cp_adapt_reset()
                 w.u8.fill(1)            # the program's data, just written
-                times["warm"][name].append(run_phase(clear, use, [w] * warm_n))
-                times["cold"][name].append(run_phase(clear, use, cold_slots(cold_n)))
-                times["warm again"][name].append(run_phase(clear, use, [w] * warm_n))
+                times["warm"][name].append(run_phase(clear, use, [w] * warm_n)[0])
+                for p, seq in (("cold", cold_slots(cold_n)), ("warm again", [w] * warm_n)):
+                    whole, rest = run_phase(clear, use, seq, b)
+                    times[p][name].append(whole)
+                    later[p][name].append(rest)
     finally:
         for s in pool_slots:
             s.release()
         w.release()
-    return {"times": times, "calls": (warm_n, cold_n, warm_n)}
+    return {"times": times, "later": later, "calls": (warm_n, cold_n, warm_n), "budget": b}
 
 
 def ratios(t: dict[str, list[float]], ref: list[str]) -> tuple[list[float], str]:
@@ -195,10 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     import os
     print("load average %.1f %.1f %.1f; adaptive: %s; band %s-%s"
           % (*os.getloadavg(), cp.adaptive(), fmt(th.adapt_min), fmt(th.adapt_max)))
-    head = "%-8s %-6s %-10s %6s  %-20s %-10s %-20s %-20s" % (
+    head = "%-8s %-6s %-10s %6s  %-20s %-10s %-20s %-20s %-22s" % (
         "program", "size", "phase", "calls", "auto/best phase", "best", "auto/numpy.fill",
-        "auto/memset")
+        "auto/memset", "after the budget")
     print(head)
+    follow: list[tuple[str, float]] = []
     with Buffer(pool_bytes) as pool, Buffer(max(sizes)) as warm:
         for program in a.programs:
             for n in sizes:
@@ -210,14 +246,29 @@ def main(argv: list[str] | None = None) -> int:
                     rs, best = ratios(t, refs)
                     fill = [f / x for f, x in zip(t[FILL], t[AUTO])]
                     mem = [f / x for f, x in zip(t[MEMSET], t[AUTO])]
-                    print("%-8s %-6s %-10s %6d  %-20s %-10s %-20s %-20s" % (
-                        program, fmt(n), p, got["calls"][i], q(rs), best, q(fill), q(mem)))
+                    after = "-"
+                    if p in got["later"] and got["calls"][i] > got["budget"]:
+                        late = got["later"][p]
+                        # the best routine of the phase's rest, by its own median
+                        rest, _ = ratios(late, refs)
+                        m = statistics.median(rest)
+                        after = "%s %s" % (q(rest), "ok" if m >= GOAL_FOLLOW else "miss")
+                        follow.append(("%s %s %s" % (program, fmt(n), p), m))
+                    print("%-8s %-6s %-10s %6d  %-20s %-10s %-20s %-20s %-22s" % (
+                        program, fmt(n), p, got["calls"][i], q(rs), best, q(fill), q(mem),
+                        after))
                 rs, best = ratios(whole, refs)
                 fill = [f / x for f, x in zip(whole[FILL], whole[AUTO])]
                 mem = [f / x for f, x in zip(whole[MEMSET], whole[AUTO])]
                 print("%-8s %-6s %-10s %6s  %-20s %-10s %-20s %-20s" % (
                     program, fmt(n), "whole", "", q(rs), best, q(fill), q(mem)))
                 sys.stdout.flush()
+    if follow:
+        missed = [(c, m) for c, m in follow if m < GOAL_FOLLOW]
+        print("after a change, %.1f of the best routine within max(%d calls, clears of %dx "
+              "the L3): %d of %d phases; worst %s %.2f" % (
+                  GOAL_FOLLOW, BUDGET_CALLS, BUDGET_L3, len(follow) - len(missed),
+                  len(follow), *min(follow, key=lambda x: x[1])))
     return 0
 
 
