@@ -5,10 +5,11 @@ clear with ``method="auto"`` asks the learner which store to use.  Per size
 class (powers of two) and context (a buffer cleared within the last
 last-level cache's worth of clears, "recent", or not, "other"), the learner
 runs ordinary stores for a recent buffer small enough to be in the cache,
-untimed; everything else it times by paired comparison of the two routines,
-counting the clear and what the program did until its next clear of that
-context, and it streams only where streaming won decisively (see
-csrc/core/adapt.h for the rules).
+and streaming stores for a buffer larger than the cache, untimed;
+everything else starts on a safe role and is timed by paired comparison of
+the two routines, counting the clear and what the program did until the
+thread's next clear, and the other role takes over only where it won
+decisively (see csrc/core/adapt.h for the rules).
 
 This module configures the learner from the thresholds, and puts what it
 has learned into words for ``plan()`` and ``python -m clearpages info``:
@@ -55,7 +56,13 @@ LEARNED = {
     lib.CP_LEARNED_EVEN: (
         "no decisive difference in {pairs} pairs (streaming {ratio:.2f}x at the median, "
         "within the noise): {safe}"),
+    lib.CP_LEARNED_LARGE: (
+        "larger than {reuse}, the last-level cache: never all in it, however recently "
+        "cleared, and ordinary stores would keep only its tail there, so streaming, untimed"),
 }
+
+#: The codes of what is known without a clock (no comparison behind them).
+UNTIMED = (lib.CP_LEARNED_CACHED, lib.CP_LEARNED_LARGE)
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
@@ -108,7 +115,7 @@ class Learned:
 
     def sentence(self, reuse: int, recent_max: int) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
-        started = "" if self.learned in (lib.CP_LEARNED_FIRST, lib.CP_LEARNED_CACHED) else (
+        started = "" if self.learned in UNTIMED + (lib.CP_LEARNED_FIRST,) else (
             "; compared %d time%s, the latest after %s" % (
                 self.comparisons, "" if self.comparisons == 1 else "s", TRIGGER[self.trigger]))
         return ("%s: %s, %s (%s; %d calls, %d timed%s)"
@@ -233,11 +240,13 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     got = learned(size_class, d.roles)
     reuse, small = reuse_bytes(th), recent_max(th)
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
-            "no larger than %s gets %s untimed; any other single clear of %s-%s runs a safe "
-            "routine (%s; %s for a buffer not cleared lately and larger than %s) unless "
-            "timing it against the program's next clear says the other costs decisively less"
-            % (band, format_size(reuse), format_size(small), t, format_size(1 << size_class),
-               format_size(2 << size_class), t, s, format_size(small)))
+            "no larger than %s gets %s untimed, one larger than %s gets %s untimed; any "
+            "other single clear of %s-%s runs a safe routine (%s; %s for a buffer not cleared "
+            "lately and larger than %s) unless timing it against the program's next clear "
+            "says the other costs decisively less"
+            % (band, format_size(reuse), format_size(small), t, format_size(reuse), s,
+               format_size(1 << size_class), format_size(2 << size_class), t, s,
+               format_size(small)))
     if not got:
         return head + "; nothing learned yet"
     return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)

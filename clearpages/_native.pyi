@@ -141,6 +141,7 @@ class _Lib:
     CP_LEARNED_STREAMING: int
     CP_LEARNED_TEMPORAL: int
     CP_LEARNED_EVEN: int
+    CP_LEARNED_LARGE: int
     CP_ADAPT_BY_START: int
     CP_ADAPT_BY_CHANGE: int
     CP_ADAPT_BY_RECHECK: int

@@ -45,6 +45,8 @@ enum {
     FAST_RUN = 1 << 16,         /* untimed calls handed to the fast slot at once */
     CLIP_EVERY = 8,             /* the bounds are found again every this many pairs */
     REF_PAIRS = 3,              /* pairs before any is judged disturbed or counted */
+    FUTILE_PAIRS = 6,           /* counted pairs from which a comparison whose mean
+                                   favours the safe role ends on it */
     FIRST_LIKELY = 16           /* a context's first calls, untimed, where its safe role
                                    is likely right */
 };
@@ -95,9 +97,11 @@ struct ctx_state {
     int learned, trigger;           /* CP_LEARNED_*, CP_ADAPT_BY_* */
     int comparing;
     /* The comparison. */
-    uint32_t block;             /* calls of one role in a row (2 where the buffer
-                                   keeps the state the other role left it in) */
-    uint32_t pos;               /* this call's place in the pair, 0 .. 2 * block - 1 */
+    uint32_t block[2];          /* calls of each role in a row: 2 for the temporal
+                                   role where the buffer keeps the state the other
+                                   role left it in, else 1 */
+    uint32_t pos;               /* this call's place in the pair, 0 .. block[0] +
+                                   block[1] - 1 */
     int first;                  /* the role of the pair's first block */
     double fill[2];             /* this pair's ln cost per role so far */
     unsigned have;              /* bit per role: fill holds it */
@@ -384,9 +388,15 @@ static void drain_quiet(struct ctx_state *s)
     s->since += ran;
 }
 
+/* A context whose role needs no clock (cached_call). */
+static int untimed_context(const struct ctx_state *s)
+{
+    return s->learned == CP_LEARNED_CACHED || s->learned == CP_LEARNED_LARGE;
+}
+
 static int settled(const struct ctx_state *s)
 {
-    return !s->comparing && s->learned != CP_LEARNED_FIRST && s->learned != CP_LEARNED_CACHED;
+    return !s->comparing && s->learned != CP_LEARNED_FIRST && !untimed_context(s);
 }
 
 /* After a settled context's sample: its next calls run untimed, up to the
@@ -424,7 +434,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 
 static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
 static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
-                       int closing);
+                       int closing, int role, int learned);
 
 /* Has this thread a span open, which its next band clear closes (so that
  * clear is timed, whatever it would have been)? */
@@ -459,7 +469,11 @@ int cp_adapt_choose(size_t n, const void *addr)
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
     if (ctx && n <= LOAD(recent_most))
-        return cached_call(n, cls, ctx, s, again, closing);
+        return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
+                           CP_LEARNED_CACHED);
+    if (n > LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
+        return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_STREAMING,
+                           CP_LEARNED_LARGE);
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
@@ -470,23 +484,27 @@ int cp_adapt_choose(size_t n, const void *addr)
     return choose_locked(n, cls, ctx, s, closing);
 }
 
-/* A recent buffer up to recent_max: in the cache, so ordinary stores, which
- * keep it there for the program, untimed.  Counted without the lock; the
+/* What the size and the buffer's history tell without a clock, untimed: a
+ * recent buffer up to recent_max is in the cache, so ordinary stores, which
+ * keep it there for the program (CP_LEARNED_CACHED); a buffer larger than
+ * the reuse window (the last-level cache) is never all in it, however
+ * recently cleared, and ordinary stores would keep no more than its tail
+ * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the
  * lock only to note the context once and, for a buffer cleared again back
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
                                                  struct ctx_state *s, int again,
-                                                 int closing)
+                                                 int closing, int role, int learned)
 {
-    int ticket = ticket_of(cls, ctx, CP_ADAPT_TEMPORAL, 0);
+    int ticket = ticket_of(cls, ctx, role, 0);
     /* A load and a store, not a locked add: the calls hold the GIL, and a
      * count lost to a race is one call not counted. */
     STORE(s->quiet_ran, LOAD(s->quiet_ran) + 1);
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
             s->init = 1;
-            s->role = CP_ADAPT_TEMPORAL;
-            s->learned = CP_LEARNED_CACHED;
+            s->role = s->safe = role;
+            s->learned = learned;
         }
         if (again && enabled && !closing)
             hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, FAST_RUN);
@@ -523,25 +541,37 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->comparisons++;
 }
 
+/* The role a context runs before anything is known, and wherever the
+ * evidence is not decisive: ordinary stores, as memset, for anything that
+ * may be in the cache; streaming for a buffer not cleared lately and too
+ * large (above recent_max) for ordinary stores to pay for reading it in,
+ * where memset itself streams or is outrun 2-3x.  (Read without the lock
+ * by a call that finds the learner busy.) */
+static int safe_role(size_t n, int ctx)
+{
+    size_t most = LOAD(params.recent_max);
+    return !ctx && most && n > most ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
+}
+
 static void init_context(struct ctx_state *s, size_t n, int ctx)
 {
     s->init = 1;
-    /* The safe role, which runs before anything is known and wherever the
-     * evidence is not decisive: ordinary stores, as memset, for anything
-     * that may be in the cache; streaming for a buffer not cleared lately
-     * and too large (above recent_max) for ordinary stores to pay for
-     * reading it in, where memset itself streams or is outrun 2-3x. */
-    s->safe = !ctx && params.recent_max && n > params.recent_max ? CP_ADAPT_STREAMING
-              : CP_ADAPT_TEMPORAL;
+    s->safe = safe_role(n, ctx);
     s->role = s->safe;
     s->learned = CP_LEARNED_FIRST;
-    /* A recent buffer is the one the last role left in or out of the cache:
-     * the first call of a block is the other role's leftovers. */
-    s->block = ctx ? 2 : 1;
+    /* A recent buffer is the one the last role left in or out of the cache.
+     * A streaming clear costs the same either way (it reads nothing), and
+     * what the program then reads comes from memory after it as after any
+     * streaming clear: its first call is a sample.  An ordinary-store clear
+     * right after one finds the buffer out of the cache, as it never is
+     * while that role runs: the second call is its sample.  So a streaming
+     * call, dear where the program uses the buffer, runs once a pair. */
+    s->block[CP_ADAPT_TEMPORAL] = ctx ? 2 : 1;
+    s->block[CP_ADAPT_STREAMING] = 1;
     size_t most = params.decide_bytes / n;
     if (most < CALLS_MIN)
         most = CALLS_MIN;
-    most /= 2 * s->block;
+    most /= s->block[0] + s->block[1];
     s->pairs_max = most > PAIRS_CAP ? PAIRS_CAP : most < STREAM_PAIRS ? STREAM_PAIRS
                    : (uint32_t)most;
     size_t period = params.sample_bytes / n;
@@ -554,17 +584,22 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
 static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
                                                    struct ctx_state *s, int closing)
 {
-    if (pthread_mutex_trylock(&lock) != 0)
-        return -1;              /* another thread is choosing: static, unrecorded */
+    if (pthread_mutex_trylock(&lock) != 0) {
+        /* Another thread is choosing: the role this context runs (the safe
+         * one before anything is known), untimed; not the static choice,
+         * which knows nothing of the buffer's history. */
+        int role = LOAD(s->init) ? LOAD(s->role) : safe_role(n, ctx);
+        return ticket_of(cls, ctx, role, 0) | CP_ADAPT_UNTIMED;
+    }
     if (!enabled || n < params.lo || n >= params.hi) {  /* changed meanwhile */
         pthread_mutex_unlock(&lock);
         return -1;
     }
     if (!s->init)
         init_context(s, n, ctx);
-    if (s->learned == CP_LEARNED_CACHED) {
-        /* A class that straddles recent_max: its sizes above it are timed,
-         * from their own first calls. */
+    if (untimed_context(s)) {
+        /* A class that straddles recent_max or the reuse window: its sizes
+         * on the timed side are timed, from their own first calls. */
         init_context(s, n, ctx);
         STORE(s->quiet_ran, 0);
     }
@@ -591,9 +626,10 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
              * program's own rhythm land on both roles alike. */
             if (s->pos == 0)
                 s->first = draw() & 1;
-            int role = s->pos < s->block ? s->first : !s->first;
-            int sample = s->pos % s->block == s->block - 1;
-            s->pos = (s->pos + 1) % (2 * s->block);
+            uint32_t head = s->block[s->first], both = head + s->block[!s->first];
+            int role = s->pos < head ? s->first : !s->first;
+            int sample = s->pos == head - 1 || s->pos == both - 1;
+            s->pos = (s->pos + 1) % both;
             ticket = ticket_of(cls, ctx, role, sample);
         } else {
             /* Settled, its untimed run over: a sample, whose span this
@@ -680,7 +716,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         if (calls < RECHECK_CALLS)
             calls = RECHECK_CALLS;
         if (learned == CP_LEARNED_EVEN)
-            calls = (uint64_t)EVEN_GAP * 2 * s->block * s->pairs_max;
+            calls = (uint64_t)EVEN_GAP * (s->block[0] + s->block[1]) * s->pairs_max;
         s->recheck = calls << s->holds;
     }
 }
@@ -713,7 +749,13 @@ static void judge(struct ctx_state *s, size_t n)
     else if (t > T_TEMPORAL + T_TEMPORAL_FEW / m)
         settle(s, safe, safe == CP_ADAPT_STREAMING ? CP_LEARNED_STREAMING
                                                    : CP_LEARNED_TEMPORAL, n);
-    else if (s->pairs >= s->limit)
+    else if (s->pairs >= s->limit || (m >= FUTILE_PAIRS && t >= 0))
+        /* Out of pairs, or the other role not even ahead at the mean after
+         * enough of them: each of its calls may cost several times the
+         * safe role's (a cold buffer cleared with ordinary stores, a
+         * streamed one the program reads), and in noise that hides a
+         * difference the rest of the pairs would mostly confirm the safe
+         * role at that price.  The recheck goes on from these pairs. */
         settle(s, safe, CP_LEARNED_EVEN, n);
 }
 
@@ -866,7 +908,7 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         pthread_mutex_unlock(&lock);
         return;
     }
-    if (s->learned != CP_LEARNED_CACHED) {      /* else timed only to close a span */
+    if (!untimed_context(s)) {                  /* else timed only to close a span */
         s->timed++;
         note_clear(&s->roles[role], start_ns, end_ns, n);
     }

@@ -7,9 +7,11 @@
  * clock: "recent" when it was cleared within the last reuse_bytes of band
  * clears (a last-level cache's worth), "other" when not.  A recent buffer
  * up to recent_max is in the cache, and ordinary stores keep it there for
- * the program: that needs no clock.  Everything else is timed, because
- * what decides it is what the program does after the clear: a buffer read
- * next wants ordinary stores even where streaming clears it faster.
+ * the program; a buffer larger than reuse_bytes never is, and ordinary
+ * stores would keep only its tail there, so it streams: neither needs a
+ * clock.  Everything else is timed, because what decides it is what the
+ * program does after the clear: a buffer read next wants ordinary stores
+ * even where streaming clears it faster.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
@@ -31,8 +33,8 @@
  * and hands both to cp_adapt_record_span(n, ticket, start, end).  A
  * negative ticket means "not mine": run the static choice, record nothing.
  * Outside the band that is one comparison and no lock; the recent buffers
- * up to recent_max and a settled context's untimed calls take no lock
- * either; the timed calls a try-lock, never a wait: a call that finds the
+ * up to recent_max, the buffers larger than reuse_bytes and a settled
+ * context's untimed calls take no lock either; the timed calls a try-lock, never a wait: a call that finds the
  * learner busy gets the static choice.
  *
  * The learning is a pure function of the (n, addr, times) sequence and
@@ -71,6 +73,8 @@ enum {
                                    the safe role) */
     CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less (likewise) */
     CP_LEARNED_EVEN = 6,        /* no decisive difference: the safe role */
+    CP_LEARNED_LARGE = 7,       /* larger than reuse_bytes: never all in the cache,
+                                   streaming, untimed */
     /* What started a context's latest comparison (cp_adapt_stat's trigger). */
     CP_ADAPT_BY_START = 0,      /* the context's first calls */
     CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
