@@ -8,6 +8,7 @@ import ctypes
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,8 +23,18 @@ import pytest
 # Removed when the run ends.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clearpages-test-cache-")
 
-import clearpages as cp
-from clearpages import _dispatch, _native
+#: What SIGINT did when the run started, before clearpages was imported:
+#: Python's KeyboardInterrupt, or nothing where the run was started in the
+#: background of a shell, which starts it with SIGINT ignored.
+SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+
+#: The first line of a child that is sent SIGINT: a child inherits an
+#: ignored SIGINT from a run started in the background, and would never see
+#: the signal its test sends.
+CHILD_TAKES_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+import clearpages as cp  # noqa: E402 (after the environment and SIGINT_AT_START)
+from clearpages import _dispatch, _native  # noqa: E402
 
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 

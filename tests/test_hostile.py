@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from conftest import OnlyDLPack, run_python
+from conftest import CHILD_TAKES_SIGINT, OnlyDLPack, run_python
 
 import clearpages as cp
 from clearpages import _dispatch
@@ -533,7 +533,7 @@ print("after", cp.is_zero(blk))
 
 
 def test_ctrl_c_interrupts_a_blocking_acquire():
-    r = run_python(_POOL_CTRL_C, timeout=60)
+    r = run_python(CHILD_TAKES_SIGINT + _POOL_CTRL_C, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["interrupted", "1", "after", "True"], r.stdout
 

@@ -21,7 +21,7 @@ import textwrap
 import typing
 
 import pytest
-from conftest import ROOT, run_python
+from conftest import ROOT, SIGINT_AT_START, run_python
 
 import clearpages as cp
 from clearpages import _dispatch, _fast, _policy
@@ -353,7 +353,7 @@ def test_no_leftover_exports_under_gc_pressure():
 
 
 def test_signal_module_is_untouched():
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is SIGINT_AT_START
 
 
 # ---- the one bridge between the native modules -------------------------------------

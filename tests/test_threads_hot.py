@@ -12,7 +12,15 @@ import threading
 import time
 
 import pytest
-from conftest import FILL, ROOT, check_guarded, guarded, needs_native, not_under_sanitizers
+from conftest import (
+    CHILD_TAKES_SIGINT,
+    FILL,
+    ROOT,
+    check_guarded,
+    guarded,
+    needs_native,
+    not_under_sanitizers,
+)
 
 import clearpages as cp
 from clearpages import _dispatch, _fast
@@ -380,7 +388,8 @@ def test_ctrl_c_interrupts_a_long_clear(method, threads, record_property):
     """SIGINT during a loop of 1 GiB clears: KeyboardInterrupt arrives within
     a generous 2 s (the 100 ms goal is for the benchmark and a quiet machine);
     the latency is recorded."""
-    child = subprocess.Popen([sys.executable, "-c", _SIGINT_CHILD, method, str(threads)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD_TAKES_SIGINT + _SIGINT_CHILD, method,
+                              str(threads)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     try:
