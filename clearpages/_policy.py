@@ -143,8 +143,8 @@ class Plan:
     """What adaptive auto has learned for this size and why it may run the
     other routine (empty from _policy.plan(), which describes the static choice)."""
     evidence: tuple[str, ...] = ()
-    """Why each threshold the reason names is where it is ("nt_min 32 KiB:
-    1/32 of the 1 MiB L2: ..."), one line a threshold."""
+    """Why each threshold the reason names is where it is ("nt_min 16 MiB:
+    half the 32 MiB last-level cache: ..."), one line a threshold."""
     skips_untouched: bool = False
     """The clear first looks for pages never touched and leaves them alone
     (see UNTOUCHED_MIN); ``untouched`` says why or why not."""
@@ -168,17 +168,26 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
     return name in built and r.requires <= cpu.features
 
 
-#: The temporal / streaming crossover is set by the cold case: a routine is
-#: judged by its worse case over warm and cold buffers (tools/profile.py),
-#: because only the program knows which it has, and a cold clear with
-#: ordinary stores pays a read-for-ownership per line.  That crossover sits
-#: at about a thirty-second of the L2, kept within NT_MIN_RANGE.  No
-#: threshold also wins a warm buffer used next: the program says so with
-#: ``hot=True``, and adaptive auto learns the rest (csrc/core/adapt.h).
+#: The temporal / streaming crossover of the static choice (adaptation off,
+#: a process's first calls, and every clear the learner is not asked about:
+#: clear_many, clear_pages, threads).  It knows nothing of a buffer's
+#: history, so it takes the choice that cannot lose much against memset in
+#: either case: ordinary stores up to half the last-level cache, what a
+#: program's next reads can still find there (hot_max's measure), as memset
+#: itself uses them; streaming from there.  Streaming a warm buffer below
+#: that costs up to 2x in the clear alone and 2-5x when the program reads it
+#: next; a cold one cleared with ordinary stores costs what memset costs
+#: (2-3x streaming's clear, which adaptive auto learns).  At most
+#: NT_MIN_L2_FACTOR L2s: a last-level cache larger than that is shared by
+#: more cores than one buffer can count on (a server's, reported whole to a
+#: guest; the Zen 3 guests' 32 MiB L3 keeps no warm 16 MiB buffer).  The
+#: profiles in profiles/ replay this (tests/test_replay.py).
 #: The figures: docs/results.md, "The measurements behind the code's numbers".
-NT_MIN_L2_DIVISOR = 32
-NT_MIN_RANGE = (16 * KiB, 1 * MiB)
-NT_MIN_UNKNOWN_L2 = 16 * KiB
+NT_MIN_L3_DIVISOR = 2
+NT_MIN_L2_FACTOR = 16
+NT_MIN_UNKNOWN = 4 * MiB
+"""Where no cache size is known: half of 8 MiB, the last-level cache the
+adaptive band assumes then."""
 
 #: hot=True, "I will use all of this next": ordinary stores for what can stay
 #: in the cache beside the program's other data, half the last-level cache,
@@ -219,14 +228,20 @@ def long_rep_stosb(cpu: CPU) -> bool:
 
 
 def _nt_min(cpu: CPU) -> tuple[int, str]:
-    if not cpu.l2:
-        return NT_MIN_UNKNOWN_L2, ("L2 size unknown: %s, the crossover of the worse "
-                                   "case measured on Zen 3" % format_size(NT_MIN_UNKNOWN_L2))
-    lo, hi = NT_MIN_RANGE
-    nt_min = min(hi, max(lo, cpu.l2 // NT_MIN_L2_DIVISOR))
-    return nt_min, ("1/%d of the %s L2: from there a cold buffer costs ordinary stores "
-                    "more than a warm one costs streaming stores (measured worse case)"
-                    % (NT_MIN_L2_DIVISOR, format_size(cpu.l2)))
+    if not cpu.last_cache:
+        return NT_MIN_UNKNOWN, ("cache sizes unknown: %s, half of an 8 MiB last-level "
+                                "cache" % format_size(NT_MIN_UNKNOWN))
+    half = cpu.last_cache // NT_MIN_L3_DIVISOR
+    most = NT_MIN_L2_FACTOR * cpu.l2 if cpu.l2 and cpu.l2 < cpu.last_cache else 0
+    if most and most < half:
+        return most, ("%d L2s (%dx %s), below half the %s last-level cache, which is shared "
+                      "by more cores than one buffer can count on: below it ordinary stores, "
+                      "as memset, which lose nothing on a buffer still in the cache; from it "
+                      "streaming" % (NT_MIN_L2_FACTOR, NT_MIN_L2_FACTOR, format_size(cpu.l2),
+                                     format_size(cpu.last_cache)))
+    return half, ("half the %s last-level cache: below it a buffer cleared again may still "
+                  "be in the cache, and ordinary stores, as memset, lose nothing there; from "
+                  "it streaming, which wins warm as well as cold" % format_size(cpu.last_cache))
 
 
 def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:

@@ -28,7 +28,7 @@ def test_intel_ice_lake_policy():
     th = _policy.default_thresholds(ICE, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
     assert th.vector_max == 2 * KiB
-    assert th.nt_min == ICE.l2 // 32 == 40 * KiB    # 1.25 MiB L2
+    assert th.nt_min == 16 * ICE.l2 == 20 * MiB     # 16 L2s, below half the 60 MiB L3
     assert th.long == "" and th.long_min == _policy.NEVER    # Intel: never rep stosb long
     assert plan_method(ICE, 0) == "libc"
     assert plan_method(ICE, 2047) == "libc"
@@ -38,11 +38,12 @@ def test_intel_ice_lake_policy():
     assert plan_method(ICE, 1 * GiB) == "avx512_nt"
     assert plan_method(ICE, 64 * GiB) == "avx512_nt"
     # Chosen from the total: 1 GiB of 4 KiB pages streams, 16 x 1 KiB is memset,
-    # 16 x 2 KiB rep stosb, 16 x 4 KiB (64 KiB in all) streams.
+    # 16 x 2 KiB rep stosb, 8192 x 4 KiB (32 MiB in all) streams.
     assert plan_method(ICE, 1 * GiB, 262144) == "avx512_nt"
     assert plan_method(ICE, 16 * KiB, 16) == "libc"
     assert plan_method(ICE, 16 * 2 * KiB, 16) == "rep_stosb"
-    assert plan_method(ICE, 16 * 4 * KiB, 16) == "avx512_nt"
+    assert plan_method(ICE, 1024 * 4 * KiB, 1024) == "rep_stosb"
+    assert plan_method(ICE, 8192 * 4 * KiB, 8192) == "avx512_nt"
     for field in ("vector_max", "nt_min", "temporal", "streaming", "long", "long_min"):
         assert th.reason(field) != th.source, field
 
@@ -77,12 +78,12 @@ def test_amd_zen3_guest_policy():
     th = _policy.default_thresholds(ZEN3_GUEST, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
     assert th.vector_max == 2 * KiB
-    assert th.nt_min == 16 * KiB              # the worse case's crossover (profiles/)
+    assert th.nt_min == 8 * MiB               # 16 L2s, below half the 32 MiB L3
     assert (th.long, th.long_min) == ("rep_stosb", 512 * MiB)
     assert plan_method(ZEN3_GUEST, 1 * KiB) == "libc"
     assert plan_method(ZEN3_GUEST, 4 * KiB) == "rep_stosb"
-    assert plan_method(ZEN3_GUEST, 16 * KiB - 1) == "rep_stosb"
-    assert plan_method(ZEN3_GUEST, 16 * KiB) == "avx2_nt"
+    assert plan_method(ZEN3_GUEST, 8 * MiB - 1) == "rep_stosb"
+    assert plan_method(ZEN3_GUEST, 8 * MiB) == "avx2_nt"
     assert plan_method(ZEN3_GUEST, 512 * MiB - 1) == "avx2_nt"
     assert plan_method(ZEN3_GUEST, 512 * MiB) == "rep_stosb"
     assert plan_method(ZEN3_GUEST, 1 * GiB) == "rep_stosb"
@@ -98,12 +99,14 @@ def test_amd_zen3_guest_policy():
 def test_amd_zen4_policy():
     th = _policy.default_thresholds(ZEN4, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx512_nt")
-    assert th.nt_min == 32 * KiB              # 1/32 of the 1 MiB L2
+    assert th.nt_min == 16 * MiB              # half the 32 MiB L3
     # Zen 4's vector streaming stores stay ahead of rep stosb at every length
     assert (th.long, th.long_min) == ("", _policy.NEVER)
     assert "Zen 4" in th.reason("long_min")
     assert plan_method(ZEN4, 16 * KiB) == "rep_stosb"
-    assert plan_method(ZEN4, 1 * MiB) == "avx512_nt"
+    assert plan_method(ZEN4, 1 * MiB) == "rep_stosb"
+    assert plan_method(ZEN4, 16 * MiB - 1) == "rep_stosb"
+    assert plan_method(ZEN4, 16 * MiB) == "avx512_nt"
     assert plan_method(ZEN4, 4 * GiB) == "avx512_nt"
 
 
@@ -127,21 +130,25 @@ def test_the_long_rep_stosb_rule_is_amd_before_zen4(family, model, long):
 
 
 def test_intel_guest_with_host_sized_l3():
-    """CPUID shows the host's 300 MiB L3 to a 2-vCPU guest: the policy no
-    longer depends on the L3 at all below the long rule (which Intel lacks)."""
+    """CPUID shows the host's 300 MiB L3 to a 2-vCPU guest: a last-level
+    cache of more than 32 L2s is a server's, and the streaming threshold
+    stops at 16 L2s (the profile: ordinary stores won warm at 32 MiB and
+    lost 1.7x at 48 MiB)."""
     th = _policy.default_thresholds(EMR_GUEST, ALL)
-    assert th.nt_min == 64 * KiB              # 1/32 of the 2 MiB L2
+    assert th.nt_min == 16 * EMR_GUEST.l2 == 32 * MiB
+    assert "16 L2s" in th.reason("nt_min")
     assert th.long == ""
     bare = dataclasses.replace(EMR_GUEST, features=EMR_GUEST.features - {"hypervisor"})
     assert _policy.default_thresholds(bare, ALL).nt_min == th.nt_min
-    for n in (4 * MiB, 64 * MiB, 1 * GiB):
+    assert plan_method(EMR_GUEST, 4 * MiB) == "rep_stosb"
+    for n in (32 * MiB, 64 * MiB, 1 * GiB):
         assert plan_method(EMR_GUEST, n) == "avx512_nt"
 
 
 def test_amd_milan_from_cpuid():
     th = _policy.default_thresholds(MILAN, ALL)
     assert (th.temporal, th.streaming) == ("rep_stosb", "avx2_nt")
-    assert th.nt_min == max(16 * KiB, MILAN.l2 // 32)
+    assert th.nt_min == 16 * MILAN.l2 == 8 * MiB
     assert th.long == "rep_stosb" and th.long_min == 16 * MILAN.l3
     assert _policy.usable("clzero", MILAN, ALL) and not _policy.usable("avx512_nt", MILAN, ALL)
 
@@ -150,7 +157,7 @@ def test_old_cpu_policy():
     th = _policy.default_thresholds(OLD, ALL)
     assert (th.temporal, th.streaming) == ("libc", "movnti")
     assert th.vector_max == _policy.NEVER and th.long == ""
-    assert th.nt_min == max(16 * KiB, OLD.l2 // 32)
+    assert th.nt_min == OLD.last_cache // 2      # no L3: half the L2
     assert plan_method(OLD, 100) == "libc"
     assert plan_method(OLD, th.nt_min - 1) == "libc"
     assert plan_method(OLD, th.nt_min) == "movnti"
@@ -158,11 +165,11 @@ def test_old_cpu_policy():
     assert not _policy.usable("avx2_nt", OLD, ALL)
 
 
-def test_nt_min_stays_in_its_range():
-    lo, hi = _policy.NT_MIN_RANGE
-    for l2 in (64 * KiB, 256 * KiB, 4 * MiB, 32 * MiB):
-        c = dataclasses.replace(ZEN3_GUEST, l2=l2)
-        assert _policy.default_thresholds(c, ALL).nt_min == min(hi, max(lo, l2 // 32))
+def test_nt_min_is_half_the_l3_or_16_l2s():
+    for l2, l3 in ((512 * KiB, 32 * MiB), (1 * MiB, 32 * MiB), (1 * MiB, 96 * MiB),
+                   (256 * KiB, 256 * MiB), (2 * MiB, 8 * MiB)):
+        c = dataclasses.replace(ZEN3_GUEST, l2=l2, l3=l3)
+        assert _policy.default_thresholds(c, ALL).nt_min == min(l3 // 2, 16 * l2), (l2, l3)
 
 
 def test_avx512_present_but_disabled_by_the_os():
@@ -187,7 +194,7 @@ def test_unknown_caches():
     c = _cpu.decode(leaves, XCR0_AVX512)
     assert c.last_cache == 0
     th = _policy.default_thresholds(c, ALL)
-    assert th.nt_min == _policy.NT_MIN_UNKNOWN_L2
+    assert th.nt_min == _policy.NT_MIN_UNKNOWN
     assert plan_method(c, th.nt_min - 1) == "rep_stosb"
     assert plan_method(c, th.nt_min) == "avx512_nt"
     amd = dataclasses.replace(ZEN3_GUEST, l2=0, l3=0, l1d=0)

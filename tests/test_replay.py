@@ -2,10 +2,11 @@
 
 Each profile holds one machine's measured GB/s (size x warm/cold x routine,
 routines called directly).  The default thresholds are computed from the
-profile's CPU, as they would be on that machine, and the choice at each size
-is judged by its worse case (_profile.scores): within 10% of the best static
-choice, never below memset, and at 1-4x the L3 at least 1.2x memset; at
-1 GiB at least 0.95 of memset.  Every judgement allows the run-to-run noise
+profile's CPU, as they would be on that machine, and the static choice at
+each size is judged by the rule it is made by (_profile.judge, static): at
+least 0.9 of memset in each scenario, within 10% of the best routine in at
+least one, and at 1-4x the L3 at least 1.2x memset; at 1 GiB at least 0.95
+of memset.  Every judgement allows the run-to-run noise
 of a median (_profile.NOISE).  No timing happens here: the test fails only
 when the policy or a profile changes.
 """
@@ -64,6 +65,35 @@ def test_the_replay_has_teeth():
         return dataclasses.replace(th, nt_min=4 * cpu.l2, long="", long_min=_policy.NEVER)
     failed = [p.name for p in PROFILES if not all(v.ok for v in _profile.replay(p, old))]
     assert failed, "the 0.1.0 guest rule passes every profile"
+
+
+def test_streaming_from_a_32nd_of_the_l2_loses_against_memset():
+    """The rule before (stream from 1/32 of the L2, the worse case's
+    crossover) streams warm buffers that memset clears faster: the static
+    replay refuses it on a profile, at a size below a quarter of the L3."""
+    def l2_rule(cpu):
+        th = _policy.default_thresholds(cpu, frozenset(cp.ALL_METHODS))
+        return dataclasses.replace(th, nt_min=max(16 << 10, cpu.l2 // 32))
+    lost = [(p.name, v.size) for p in PROFILES for v in _profile.replay(p, l2_rule)
+            if not v.ok and v.size < p.cpu.last_cache // 4]
+    assert lost, "streaming warm buffers passes the static replay"
+
+
+def test_the_static_rule():
+    """Not much below memset in either scenario, and near the best routine
+    in at least one."""
+    cases = {"warm": {"libc": 100.0, "rep_stosb": 100.0, "avx2_nt": 80.0},
+             "cold": {"libc": 30.0, "rep_stosb": 30.0, "avx2_nt": 85.0}}
+    temporal = _profile.judge(cases, "rep_stosb", static=True)
+    assert temporal.ok and temporal.memset_ratio == pytest.approx(1.0)
+    assert not _profile.judge(cases, "rep_stosb").ok        # the worse case's rule
+    streaming = _profile.judge(cases, "avx2_nt", static=True)
+    assert not streaming.ok and streaming.memset_ratio == pytest.approx(0.8)
+    assert "memset in its worse scenario" in streaming.text()
+    beaten = {"warm": {"libc": 50.0, "rep_stosb": 50.0, "avx2_nt": 90.0},
+              "cold": {"libc": 30.0, "rep_stosb": 30.0, "avx2_nt": 85.0}}
+    v = _profile.judge(beaten, "rep_stosb", static=True)
+    assert not v.ok and v.best_in_one == pytest.approx(50 / 90)
 
 
 def test_scores_are_the_worse_ratio():

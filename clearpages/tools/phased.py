@@ -579,16 +579,18 @@ before a run starts."""
 def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = ROUNDS,
         pool_bytes: int | None = None, clock: str = CPU,
         progress: Callable[[int, int, str], None] | None = None,
-        done: Callable[[list[ProgramResult]], None] | None = None) -> list[ProgramResult]:
+        done: Callable[[list[ProgramResult]], None] | None = None,
+        make: Callable[[str], Candidate] | None = None) -> list[ProgramResult]:
     """Every program, every candidate, ``rounds`` interleaved rounds, judged
     on ``clock`` (CPU or WALL).
     done(results so far) is called after each program (a long run keeps
-    what it measured if it is stopped)."""
+    what it measured if it is stopped); make(name): the candidate of a name
+    (default: ``candidate``)."""
     if not _measure.have_numpy():
         raise ValueError("the program benchmark needs numpy (its programs use it)")
     if clock not in CLOCKS:
         raise ValueError("clock must be one of %s, not %r" % (", ".join(CLOCKS), clock))
-    cands = [candidate(n) for n in names]
+    cands = [(make or candidate)(n) for n in names]
     th = _core.thresholds()
     roles = (th.temporal, th.streaming)
     l3 = _core.cpu().last_cache or G.DEFAULT_L3

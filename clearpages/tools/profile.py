@@ -8,11 +8,14 @@ measured, and the default policy is *replayed* against each: its thresholds
 come from the profile's CPU, and its choice at each size is judged against
 the measured table.
 
-The judgement is the rule ``calibrate`` also decides by.  A routine's
-*score* at a size is the worse of its two ratios to the best routine of each
-scenario: ``min(warm / best warm, cold / best cold)``.  Only the program
-knows whether its buffers are warm or cold, so a static choice is as good as
-its worse case; the best static choice is the one with the highest score.
+A routine's *score* at a size is the worse of its two ratios to the best
+routine of each scenario: ``min(warm / best warm, cold / best cold)``; the
+best static choice is the one with the highest score (the rule ``calibrate``
+decides by, and measured auto is judged by).  The default policy's static
+choice is judged by the rule it is made by (``judge(static=True)``): it
+knows nothing of a buffer's history, so it must not lose much against
+memset in either scenario (LOSE_MOST), and it must be near the best routine
+in at least one of them (a choice beaten in both is no choice).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ OVER_MEMSET_NEAR_L3 = 1.2
 """At 1-4x the L3, auto at least this many times memset, in each scenario;
 where no routine is (the C library's memset streams there itself), at least
 what the best routine reaches."""
+LOSE_MOST = 0.9
+"""The static choice at least this fraction of memset's speed in each
+scenario."""
 NOISE = 0.05
 """How far two medians of the same thing differ between runs (two profiles
 of one CPU disagree by this much at a size, and near ties swap places): a
@@ -171,6 +177,13 @@ class Verdict:
     near_l3_best: float | None = None
     """The same for the routine with the highest such ratio: what the goal
     can ask for where it is below OVER_MEMSET_NEAR_L3."""
+    static: bool = False
+    """Judged as the static choice: memset_ratio and best_in_one, not the
+    score, decide."""
+    memset_ratio: float | None = None
+    """The choice's GB/s over memset's, the worse scenario."""
+    best_in_one: float | None = None
+    """The choice's GB/s over the best routine's, the better scenario."""
 
     @property
     def ok(self) -> bool:
@@ -181,10 +194,16 @@ class Verdict:
         if self.score is None:
             return True
         slack = 1 - noise
-        if self.score < WITHIN_BEST * self.best_score * slack:
-            return False
-        if self.memset_score is not None and self.score < self.memset_score * slack:
-            return False
+        if self.static:
+            if self.best_in_one is not None and self.best_in_one < WITHIN_BEST * slack:
+                return False
+            if self.memset_ratio is not None and self.memset_ratio < LOSE_MOST * slack:
+                return False
+        else:
+            if self.score < WITHIN_BEST * self.best_score * slack:
+                return False
+            if self.memset_score is not None and self.score < self.memset_score * slack:
+                return False
         if self.near_l3_ratio is None:
             return True
         goal = OVER_MEMSET_NEAR_L3
@@ -198,10 +217,17 @@ class Verdict:
         measured against, its figure, and the least figure that meets it."""
         if self.score is None:
             return []
-        out = [("best", "the best routine's score (%s)" % self.best,
-                self.score / self.best_score, WITHIN_BEST)]
-        if self.memset_score is not None:
-            out.append(("rival", "the rival score", self.score / self.memset_score, 1.0))
+        if self.static:
+            out = [("best", "the best routine in its better scenario", self.best_in_one
+                    if self.best_in_one is not None else 1.0, WITHIN_BEST)]
+            if self.memset_ratio is not None:
+                out.append(("rival", "memset in its worse scenario", self.memset_ratio,
+                            LOSE_MOST))
+        else:
+            out = [("best", "the best routine's score (%s)" % self.best,
+                    self.score / self.best_score, WITHIN_BEST)]
+            if self.memset_score is not None:
+                out.append(("rival", "the rival score", self.score / self.memset_score, 1.0))
         if self.near_l3_ratio is not None:
             goal = OVER_MEMSET_NEAR_L3
             if self.near_l3_best is not None:
@@ -232,6 +258,10 @@ class Verdict:
                                                    self.best_score)]
         if self.memset_score is not None:
             parts.append("memset %.2f" % self.memset_score)
+        if self.static and self.best_in_one is not None:
+            parts.append("%.2f of the best routine in its better scenario" % self.best_in_one)
+        if self.static and self.memset_ratio is not None:
+            parts.append("%.2fx memset in its worse" % self.memset_ratio)
         if self.near_l3_ratio is not None:
             parts.append("%.2fx memset near the L3" % self.near_l3_ratio)
             if self.near_l3_best is not None and self.near_l3_best < OVER_MEMSET_NEAR_L3:
@@ -240,12 +270,14 @@ class Verdict:
 
 
 def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
-          near_l3: bool = False, rivals: Sequence[str] = ()) -> Verdict:
+          near_l3: bool = False, rivals: Sequence[str] = (), static: bool = False) -> Verdict:
     """The choice at one size of a table ({scenario: {name: GB/s}}), judged
     against the routines in it.  ``choice`` and ``rivals`` may be extra
     columns (auto, ctypes.memset, numpy.fill): they are scored against the
     best *routine* of each scenario but never count as a static choice.
-    ``memset_score`` is the best of libc's and the rivals' scores."""
+    ``memset_score`` is the best of libc's and the rivals' scores.  static:
+    judged as the default policy's static choice (see the module's
+    docstring)."""
     routines = {sc: {n: v for n, v in row.items() if n in ALL_METHODS}
                 for sc, row in cases.items()}
     every = scores(cases, against=ALL_METHODS)
@@ -262,21 +294,27 @@ def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
         near = over_memset(choice)
         rows = set.intersection(*(set(row) for row in routines.values()))
         near_best = max(over_memset(n) for n in rows)
+    memset_ratio = best_in_one = None
+    if static and score(choice) is not None:
+        best_in_one = max(cases[sc][choice] / max(routines[sc].values()) for sc in cases)
+        if all("libc" in routines[sc] for sc in cases):
+            memset_ratio = min(cases[sc][choice] / cases[sc]["libc"] for sc in cases)
     return Verdict(size=0, choice=choice, score=score(choice), best=best,
                    best_score=best_score, memset_score=max(refs) if refs else None,
-                   near_l3_ratio=near, near_l3_best=near_best)
+                   near_l3_ratio=near, near_l3_best=near_best, static=static,
+                   memset_ratio=memset_ratio, best_in_one=best_in_one)
 
 
 def replay(profile: Profile, policy: Callable[[CPU], Thresholds] | None = None
            ) -> list[Verdict]:
-    """Judge a policy (default: the default thresholds of the profile's CPU,
-    every routine built) at every size of the profile."""
+    """Judge a policy's static choice (default: the default thresholds of
+    the profile's CPU, every routine built) at every size of the profile."""
     cpu = profile.cpu
     th = policy(cpu) if policy else default_thresholds(cpu, frozenset(ALL_METHODS))
     out = []
     for size in sorted(profile.table):
         choice = plan(cpu, th, size).method
-        v = judge(profile.table[size], choice,
+        v = judge(profile.table[size], choice, static=True,
                   near_l3=bool(cpu.l3) and cpu.l3 <= size <= 4 * cpu.l3)
         out.append(dataclasses.replace(v, size=size))
     return out
