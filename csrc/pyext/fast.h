@@ -29,11 +29,13 @@
 #pragma GCC visibility push(hidden)
 
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_NewRef(PyObject *o)
+/* As Python 3.10 defines it: any object pointer, cast as Py_INCREF casts. */
+static inline PyObject *cp_new_ref(PyObject *o)
 {
     Py_INCREF(o);
     return o;
 }
+#define Py_NewRef(o) cp_new_ref((PyObject *)(o))
 #endif
 
 #define MAX_ROUTINES 16
