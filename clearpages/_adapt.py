@@ -158,6 +158,9 @@ def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
+        # A call's span on its thread's CPU clock: a sleep, a wait or another
+        # process's time slice is none of what a role costs the program.
+        p.span_clock = lib.CP_ADAPT_SPAN_CPU
     lib.cp_adapt_configure(p)
     enable(enabled)
 

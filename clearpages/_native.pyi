@@ -145,6 +145,8 @@ class _Lib:
     CP_ADAPT_BY_START: int
     CP_ADAPT_BY_CHANGE: int
     CP_ADAPT_BY_RECHECK: int
+    CP_ADAPT_SPAN_CALLER: int
+    CP_ADAPT_SPAN_CPU: int
 
     def cp_clear_libc(self, dst: _CData, len: int, /) -> None: ...
     def cp_feature_name(self, bit: int, /) -> _CData: ...

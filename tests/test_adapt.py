@@ -139,6 +139,15 @@ class Program:
         return len(self.roles) - start
 
 
+def synthetic_spans() -> None:
+    """The learner as configured, its spans measured on the times a
+    simulated Program hands it (not the thread's CPU clock)."""
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    p.span_clock = lib.CP_ADAPT_SPAN_CALLER
+    lib.cp_adapt_configure(p)
+
+
 def stat(cls: int, ctx: int):
     st = ffi.new("struct cp_adapt_stat *")
     return st if lib.cp_adapt_stat(cls, ctx, st) else None
@@ -222,21 +231,20 @@ def test_a_buffer_larger_than_the_cache_streams_untimed(learner, n):
         assert stat(25, OTHER).learned != lib.CP_LEARNED_LARGE
 
 
-def test_a_warm_buffer_above_recent_max_is_compared_in_blocks(learner):
+def test_a_warm_buffer_above_recent_max_is_compared_in_blocks_of_two(learner):
     """A recent buffer the learner times keeps the state the other role left
-    it in: ordinary stores run two calls in a row and only the second is a
-    sample (the first finds the buffer out of the cache, as it never is
-    while they run); a streaming clear reads nothing, so it runs once, a
-    sample.  Warm, ordinary stores win (a streaming clear evicts it)."""
+    it in (out of the cache after streaming; dirty lines a streaming clear
+    must write back first after ordinary stores), so each role runs two
+    calls in a row and only the second is a sample.  Warm, ordinary stores
+    win (a streaming clear evicts it)."""
     learner()
     prog = Program()
     n = 16 * MiB
     prog.loop(n, 200)
-    comparing = [t for t in prog.tickets[1:] if not untimed(t)][:12]     # four pairs
-    triples = [[(role(t), is_sample(t)) for t in comparing[i:i + 3]] for i in range(0, 12, 3)]
-    for got in triples:
-        assert got in ([(S, True), (T, False), (T, True)],
-                       [(T, False), (T, True), (S, True)]), triples
+    comparing = [t for t in prog.tickets[1:] if not untimed(t)][:16]
+    runs = [role(t) for t in comparing]
+    assert all(runs[i] == runs[i + 1] for i in range(0, 16, 2)), runs
+    assert [is_sample(t) for t in comparing[:4]] == [False, True, False, True]
     st = stat(24, RECENT)
     assert st.role == T and prog.share(T, 100) == 1.0
 
@@ -769,6 +777,7 @@ def test_plan_stays_the_static_choice(config):
     from clearpages import _adapt
 
     config({})
+    synthetic_spans()
     th = cp.thresholds()
     n = max(th.adapt_min, 64 * KiB)
     before = cp.plan(n, threads=1)
@@ -805,6 +814,31 @@ def test_info_shows_adaptation(config):
     out = io.StringIO()
     cli.main(["info"], out)
     assert "off: " in out.getvalue().split("adaptive auto", 1)[1]
+
+
+@pytest.mark.parametrize("clock", ["cpu", "caller"])
+def test_the_span_clock_leaves_a_sleep_out(learner, clock):
+    """As configured, a call's span is its thread's CPU time: a sleep of 1 ms
+    between clears (another process's time slice, a wait) is no part of what
+    either role cost.  On the caller's clock it is."""
+    learner(span_clock=lib.CP_ADAPT_SPAN_CPU if clock == "cpu" else
+            lib.CP_ADAPT_SPAN_CALLER)
+    n = 1 * MiB
+    for i in range(100):                # a comparison ends within 64 calls
+        ticket = lib.cp_adapt_choose(n, ffi.cast("void *", POOL + i * n))
+        if ticket >= 0 and not untimed(ticket):
+            now = lib.cp_adapt_now_ns()
+            lib.cp_adapt_record_span(n, ticket, now, now + 1000)
+        time.sleep(0.001)
+        st = stat(20, OTHER)
+        if st.comparisons and st.learned != lib.CP_LEARNED_COMPARING:
+            break
+    assert st.comparisons >= 1 and st.cost_ns_per_byte[st.role] > 0
+    span = st.cost_ns_per_byte[st.role] * n
+    if clock == "cpu":
+        assert span < 0.5e6, span       # the loop's own microseconds, no sleep
+    else:
+        assert span >= 1e6, span
 
 
 def test_a_call_that_finds_the_learner_busy_runs_its_contexts_role(learner):

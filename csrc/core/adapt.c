@@ -74,11 +74,12 @@ enum {
  * whichever is more, is compared again: the program changed. */
 #define CHANGE_MIN 1.2
 #define CHANGE_DEVS 4.0
-/* What a timed pair of calls costs whatever the size (four clock reads,
- * the lock twice, the books); where clears are short the settled period
- * stretches so that the pairs stay within SAMPLE_SHARE of the time. */
+/* What a timed pair of calls costs whatever the size besides its span
+ * clock's two reads (four monotonic clock reads, the lock twice, the
+ * books); where clears are short the settled period stretches so that the
+ * pairs stay within SAMPLE_SHARE of the time. */
 #define PAIR_NS 500.0
-#define SAMPLE_SHARE 0.002
+#define SAMPLE_SHARE 0.005
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -97,9 +98,8 @@ struct ctx_state {
     int learned, trigger;           /* CP_LEARNED_*, CP_ADAPT_BY_* */
     int comparing;
     /* The comparison. */
-    uint32_t block[2];          /* calls of each role in a row: 2 for the temporal
-                                   role where the buffer keeps the state the other
-                                   role left it in, else 1 */
+    uint32_t block[2];          /* calls of each role in a row: 2 where the buffer
+                                   keeps the state the other role left it in, else 1 */
     uint32_t pos;               /* this call's place in the pair, 0 .. block[0] +
                                    block[1] - 1 */
     int first;                  /* the role of the pair's first block */
@@ -171,6 +171,13 @@ static __thread struct {
     uint64_t start, generation;
 } span;
 static uint64_t generation;
+/* Where the span clock is the thread's CPU time: its reading when this
+ * thread's latest timed ticket was handed out (0: none since the last
+ * record). */
+static __thread uint64_t span_mark;
+/* What a timed pair costs (PAIR_NS and the span clock's two reads),
+ * measured when the learner is configured. */
+static double pair_ns = PAIR_NS;
 /* Spans open on all threads: while none is, a call need not look at its
  * thread's (a thread-local read is a call into the C library here). */
 static uint32_t spans_open;
@@ -240,6 +247,7 @@ static void forget(void)
 }
 
 static void flush_fast(void);
+static double measure_pair_ns(int span_clock);
 
 void cp_adapt_configure(const struct cp_adapt_params *p)
 {
@@ -251,6 +259,7 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.hi = params.lo;
     forget();
     enabled = 1;
+    pair_ns = measure_pair_ns(params.span_clock);
     STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
@@ -284,6 +293,29 @@ void cp_adapt_reset(void)
 uint64_t cp_adapt_now_ns(void)
 {
     return cp_now_ns();
+}
+
+/* The thread's CPU time in ns (a system call where the vDSO has none). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* PAIR_NS and, where spans are on the CPU clock, two of its reads: a
+ * system call, 0.1-0.6 us (a KVM guest's is the dearer), measured here. */
+static double measure_pair_ns(int span_clock)
+{
+    if (span_clock != CP_ADAPT_SPAN_CPU)
+        return PAIR_NS;
+    enum { READS = 16 };
+    uint64_t t0 = cp_now_ns();
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < READS; i++)
+        sink += thread_cpu_ns();
+    (void)sink;
+    return PAIR_NS + 2.0 * (double)(cp_now_ns() - t0) / READS;
 }
 
 static int size_class(size_t n)
@@ -410,7 +442,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
     drain_quiet(s);
     struct role_state *a = &s->roles[s->role];
     double call = a->nclear ? a->clear[a->nclear - 1] * (double)n : 0;
-    double want = call > 0 ? PAIR_NS / (SAMPLE_SHARE * call) : 0;
+    double want = call > 0 ? pair_ns / (SAMPLE_SHARE * call) : 0;
     s->stretch = want <= s->period ? s->period : want >= STRETCH_MAX ? STRETCH_MAX
                  : (uint32_t)want;
     uint32_t quiet = s->stretch - 2 < s->stretch ? s->stretch - 2 : 0;
@@ -455,6 +487,8 @@ int cp_adapt_recent(const void *addr, size_t n)
     return is_recent(addr, n);
 }
 
+static int choose(size_t n, const void *addr);
+
 int cp_adapt_choose(size_t n, const void *addr)
 {
     if (n < LOAD(band_lo) || n >= LOAD(band_hi))
@@ -462,6 +496,18 @@ int cp_adapt_choose(size_t n, const void *addr)
     int fast = cp_adapt_fast_take(&cp_adapt_fast_slot, n, addr);
     if (fast >= 0)
         return fast;
+    int ticket = choose(n, addr);
+    /* A timed call's span starts now, on the thread's CPU clock: a sleep,
+     * a wait or another process's time slice between clears is none of
+     * what the role costs the program, and only adds noise. */
+    if (ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED)
+        && LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU)
+        span_mark = thread_cpu_ns();
+    return ticket;
+}
+
+static int choose(size_t n, const void *addr)
+{
     flush_fast();
     int again = LOAD(last.addr) == (uintptr_t)addr && LOAD(last.n) == n;
     int cls = size_class(n);
@@ -559,15 +605,13 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
     s->safe = safe_role(n, ctx);
     s->role = s->safe;
     s->learned = CP_LEARNED_FIRST;
-    /* A recent buffer is the one the last role left in or out of the cache.
-     * A streaming clear costs the same either way (it reads nothing), and
-     * what the program then reads comes from memory after it as after any
-     * streaming clear: its first call is a sample.  An ordinary-store clear
-     * right after one finds the buffer out of the cache, as it never is
-     * while that role runs: the second call is its sample.  So a streaming
-     * call, dear where the program uses the buffer, runs once a pair. */
-    s->block[CP_ADAPT_TEMPORAL] = ctx ? 2 : 1;
-    s->block[CP_ADAPT_STREAMING] = 1;
+    /* A recent buffer is the one the last role left in or out of the cache,
+     * so each role runs two calls in a row and the second is its sample:
+     * an ordinary-store clear right after a streaming one reads the buffer
+     * in from memory, and a streaming clear right after an ordinary one
+     * writes the dirty lines it finds back first (1.5-2x its own cost at
+     * 16 MiB on the Zen 4 guest); neither happens while one role runs. */
+    s->block[CP_ADAPT_TEMPORAL] = s->block[CP_ADAPT_STREAMING] = ctx ? 2 : 1;
     size_t most = params.decide_bytes / n;
     if (most < CALLS_MIN)
         most = CALLS_MIN;
@@ -899,6 +943,15 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
 {
     if (ticket < 0 || n == 0 || ticket & CP_ADAPT_UNTIMED)
         return;
+    /* The span's end (and the next one's start): this call's start on the
+     * span clock. */
+    uint64_t at = start_ns;
+    if (LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU) {
+        at = span_mark;
+        span_mark = 0;
+        if (!at)
+            return;             /* no timed ticket handed out on this thread */
+    }
     int cls = ticket >> CP_ADAPT_CLASS_SHIFT, ctx = ticket >> CP_ADAPT_CONTEXT_SHIFT & 1;
     int role = ticket & CP_ADAPT_ROLE;
     if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
@@ -913,12 +966,12 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         note_clear(&s->roles[role], start_ns, end_ns, n);
     }
     int was_comparing = s->comparing;
-    close_span(start_ns);
+    close_span(at);
     /* A sample call opens a span, unless its comparison just ended or its
      * settled context just took its sample. */
     if (ticket & CP_ADAPT_SAMPLE && was_comparing == s->comparing
         && (s->comparing || (settled(s) && !s->resting)))
-        open_span(cls, ctx, role, n, start_ns);
+        open_span(cls, ctx, role, n, at);
     pthread_mutex_unlock(&lock);
 }
 

@@ -22,7 +22,9 @@
  * of blocks of calls, the order of the two blocks drawn at random for each
  * pair, so that drift and the program's noisy work land on both alike; a
  * call's cost is the time from its start to the start of the thread's next
- * band clear (the clear and what the program did right after it).  Once
+ * band clear (the clear and what the program did right after it), on the
+ * thread's CPU clock where the configuration says so (a sleep, a wait or
+ * another process's time slice is none of what a role costs).  Once
  * settled, a timed pair of calls now and then watches the role's cost, and
  * a change of it (the program changed) starts a comparison again; so does
  * a recheck, after a gap that doubles.
@@ -75,6 +77,10 @@ enum {
     CP_LEARNED_EVEN = 6,        /* no decisive difference: the safe role */
     CP_LEARNED_LARGE = 7,       /* larger than reuse_bytes: never all in the cache,
                                    streaming, untimed */
+    /* The span clock (cp_adapt_params' span_clock). */
+    CP_ADAPT_SPAN_CALLER = 0,   /* the start_ns each call hands to record_span */
+    CP_ADAPT_SPAN_CPU = 1,      /* the thread's CPU time, read by the learner as it
+                                   hands out each timed ticket */
     /* What started a context's latest comparison (cp_adapt_stat's trigger). */
     CP_ADAPT_BY_START = 0,      /* the context's first calls */
     CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
@@ -95,6 +101,7 @@ struct cp_adapt_params {
                                    its clears, the gap doubling while it holds (0: never) */
     uint32_t margin_ppm;        /* streaming must cost this much less at the median */
     uint32_t seed;              /* of the draws that order each pair */
+    int span_clock;             /* CP_ADAPT_SPAN_*: what a call's span is measured on */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
