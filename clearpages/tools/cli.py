@@ -143,7 +143,9 @@ def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
              _report.threshold_why(th, k)) for k in _report.SHOWN]
     _output.table(rows, ("threshold", "value", "where it came from"), out)
     print(file=out)
-    _output.say("the rule each threshold is judged by: %s" % data["rule"], out)
+    _output.say("the rule calibrate judges thresholds by: %s; the default streaming "
+                "threshold is the static choice's, which cannot lose much against memset "
+                "(see nt_min)" % data["rule"], out)
     print("\nadaptive auto", file=out)
     for line in _adapt.info_lines(data["adaptive"]):
         _output.say(line, out, indent="  ")
