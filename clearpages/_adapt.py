@@ -131,30 +131,37 @@ def reuse_bytes(th: Thresholds) -> int:
 
 
 #: What the learner's numbers are, as multiples of the reuse window (the
-#: last-level cache): a recent buffer up to a quarter of it is in the cache
-#: without a clock (on a Zen 3 guest with a 32 MiB L3 ordinary stores still
-#: won a buffer cleared back to back at 8 MiB, 1.9x, and lost at 16 MiB,
-#: 0.35x); a comparison may take twice its worth of clears (or 64 calls),
+#: last-level cache): a recent buffer up to the static choice's streaming
+#: threshold, at most half the window, is in the cache without a clock
+#: (half the L3, at most 16 L2s: on the Zen 4 guest ordinary stores win a
+#: 16 MiB buffer cleared back to back, 0.22 against 0.29 ms a clear, and
+#: 2-5x where the program uses it; on a Zen 3 guest with a 32 MiB L3 they
+#: still won at 8 MiB, 1.9x, and lost at 16 MiB, 0.35x: 16 of its 512 KiB
+#: L2s); a comparison may take twice its worth of clears (or 64 calls),
 #: what following a change may take, before it falls back to the temporal
 #: role; a settled context times a pair
 #: of calls every quarter of it (three pairs see a change) and is compared
 #: again after sixteen times it, the gap doubling while the role holds.
-RECENT_MAX_DIVISOR = 4
+RECENT_MAX_DIVISOR = 2
 DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
 
 
-def configure(th: Thresholds, usable: bool, enabled: bool) -> None:
+def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0) -> None:
     """Set the learner's band from th (empty when not usable: a forced
-    method) and forget all; then turn it on or off (:func:`enable`)."""
+    method) and forget all; then turn it on or off (:func:`enable`).
+    recent: the largest recent buffer taken as in the cache (the CPU's
+    static streaming threshold, _policy.static_threshold), at most half the
+    reuse window; 0: a quarter of it."""
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
     if usable and th.adapt_min < th.adapt_max:
         reuse = reuse_bytes(th)
         p.lo, p.hi = th.adapt_min, th.adapt_max
         p.reuse_bytes = reuse
-        p.recent_max = reuse // RECENT_MAX_DIVISOR
+        half = reuse // RECENT_MAX_DIVISOR
+        p.recent_max = min(recent, half) if recent else half // 2
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
@@ -214,9 +221,12 @@ def learned_all(th: Thresholds) -> list[Learned]:
     return [x for c in range(lo, hi + 1) for x in learned(c)]
 
 
-def recent_max(th: Thresholds) -> int:
-    """A recent buffer up to this size is in the cache: ordinary stores, untimed."""
-    return reuse_bytes(th) // RECENT_MAX_DIVISOR
+def recent_max() -> int:
+    """A recent buffer up to this size is in the cache: ordinary stores,
+    untimed (as the learner is configured)."""
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    return int(p.recent_max)
 
 
 #: plan()'s ``learned`` where the policy did not ask the learner, by the
@@ -241,7 +251,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     t, s = d.roles
     size_class = nbytes.bit_length() - 1
     got = learned(size_class, d.roles)
-    reuse, small = reuse_bytes(th), recent_max(th)
+    reuse, small = reuse_bytes(th), recent_max()
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
             "no larger than %s gets %s untimed, one larger than %s gets %s untimed; any "
             "other single clear of %s-%s runs a safe routine (%s; %s for a buffer not cleared "
@@ -249,7 +259,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
             "says the other costs decisively less"
             % (band, format_size(reuse), format_size(small), t, format_size(reuse), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,
-               format_size(small)))
+               format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR)))
     if not got:
         return head + "; nothing learned yet"
     return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)
@@ -284,7 +294,7 @@ def info(th: Thresholds, active: bool, adapt_on: bool, forced: Any) -> dict[str,
     the dispatch state's adapt_active and adapt_on), and what was learned
     (each context's entry under "context"; "kind", its first name, is kept
     beside it for one release)."""
-    reuse, small = reuse_bytes(th), recent_max(th)
+    reuse, small = reuse_bytes(th), recent_max()
     learned_rows = []
     for x in (learned_all(th) if active else []):
         row = dataclasses.asdict(x)

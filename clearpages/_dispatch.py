@@ -82,7 +82,8 @@ class State:
         or resumes)."""
         th = self.thresholds
         if forget:
-            _adapt.configure(th, self.forced is None, self.adapt_active)
+            _adapt.configure(th, self.forced is None, self.adapt_active,
+                             _policy.static_threshold(self.cpu))
         else:
             _adapt.enable(self.adapt_active)
         # Jobs call a streaming routine's unfenced entry for every extent and

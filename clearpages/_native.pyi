@@ -146,6 +146,7 @@ class _Lib:
     CP_ADAPT_BY_CHANGE: int
     CP_ADAPT_BY_RECHECK: int
     CP_ADAPT_SPAN_CALLER: int
+    CP_ADAPT_OTHER_DIVISOR: int
     CP_ADAPT_SPAN_CPU: int
 
     def cp_clear_libc(self, dst: _CData, len: int, /) -> None: ...

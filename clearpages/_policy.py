@@ -244,6 +244,13 @@ def _nt_min(cpu: CPU) -> tuple[int, str]:
                   "it streaming, which wins warm as well as cold" % format_size(cpu.last_cache))
 
 
+def static_threshold(cpu: CPU) -> int:
+    """The static choice's streaming threshold for this CPU by default (half
+    the last-level cache, at most 16 L2s): below it ordinary stores, which a
+    buffer still in the cache wants (adaptive auto's "in the cache" too)."""
+    return _nt_min(cpu)[0]
+
+
 def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
     """Thresholds from the CPU's features and cache sizes, never measured.
 

@@ -231,6 +231,28 @@ def test_a_buffer_larger_than_the_cache_streams_untimed(learner, n):
         assert stat(25, OTHER).learned != lib.CP_LEARNED_LARGE
 
 
+@pytest.mark.parametrize("recent, want", [(16 * MiB, 16 * MiB), (8 * MiB, 8 * MiB),
+                                          (64 * MiB, 16 * MiB), (0, 8 * MiB)])
+def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, recent, want):
+    """As configured: a recent buffer up to the CPU's static streaming
+    threshold (half the L3, at most 16 L2s) is taken as in the cache, never
+    more than half the reuse window; a buffer not cleared lately starts on
+    streaming above a quarter of it, whatever recent_max is."""
+    import dataclasses
+
+    from clearpages import _adapt
+
+    learner()
+    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=128 * MiB)
+    _adapt.configure(th, True, True, recent)
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    assert p.reuse_bytes == 32 * MiB and p.recent_max == want
+    assert _adapt.recent_max() == want
+    assert role(lib.cp_adapt_choose(12 * MiB, ffi.cast("void *", POOL))) == S
+    assert role(lib.cp_adapt_choose(6 * MiB, ffi.cast("void *", POOL + 64 * MiB))) == T
+
+
 def test_a_warm_buffer_above_recent_max_is_compared_in_blocks_of_two(learner):
     """A recent buffer the learner times keeps the state the other role left
     it in (out of the cache after streaming; dirty lines a streaming clear

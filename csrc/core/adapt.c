@@ -589,13 +589,14 @@ static void start_comparison(struct ctx_state *s, int trigger)
 
 /* The role a context runs before anything is known, and wherever the
  * evidence is not decisive: ordinary stores, as memset, for anything that
- * may be in the cache; streaming for a buffer not cleared lately and too
- * large (above recent_max) for ordinary stores to pay for reading it in,
- * where memset itself streams or is outrun 2-3x.  (Read without the lock
- * by a call that finds the learner busy.) */
+ * may be in the cache; streaming for a buffer not cleared lately and larger
+ * than a quarter of the reuse window (the last-level cache), too large for
+ * ordinary stores to pay for reading it in, where memset itself streams or
+ * is outrun 2-3x.  (Read without the lock by a call that finds the learner
+ * busy.) */
 static int safe_role(size_t n, int ctx)
 {
-    size_t most = LOAD(params.recent_max);
+    size_t most = LOAD(params.reuse_bytes) / CP_ADAPT_OTHER_DIVISOR;
     return !ctx && most && n > most ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
 }
 

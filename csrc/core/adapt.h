@@ -16,8 +16,8 @@
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
  * buffer that may be in the cache; streaming for one not cleared lately and
- * larger than recent_max, which is not in the cache and too large for
- * ordinary stores to pay for reading it in.  The other role is chosen only
+ * larger than a quarter of reuse_bytes, which is not in the cache and too
+ * large for ordinary stores to pay for reading it in.  The other role is chosen only
  * on decisive evidence, by paired comparison: the two roles run in pairs
  * of blocks of calls, the order of the two blocks drawn at random for each
  * pair, so that drift and the program's noisy work land on both alike; a
@@ -66,6 +66,9 @@ enum {
     CP_ADAPT_OTHER = 0,         /* not cleared within the last reuse_bytes of clears */
     CP_ADAPT_RECENT = 1,        /* cleared within them */
     CP_ADAPT_CONTEXTS = 2,
+    /* A buffer not cleared lately and larger than reuse_bytes / this starts
+     * on streaming (its safe role). */
+    CP_ADAPT_OTHER_DIVISOR = 4,
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
      * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
     CP_LEARNED_FIRST = 1,       /* nothing compared yet: the safe role */
