@@ -295,14 +295,6 @@ uint64_t cp_adapt_now_ns(void)
     return cp_now_ns();
 }
 
-/* The thread's CPU time in ns (a system call where the vDSO has none). */
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* PAIR_NS and, where spans are on the CPU clock, two of its reads: a
  * system call, 0.1-0.6 us (a KVM guest's is the dearer), measured here. */
 static double measure_pair_ns(int span_clock)
@@ -313,7 +305,7 @@ static double measure_pair_ns(int span_clock)
     uint64_t t0 = cp_now_ns();
     volatile uint64_t sink = 0;
     for (int i = 0; i < READS; i++)
-        sink += thread_cpu_ns();
+        sink += cp_thread_cpu_ns();
     (void)sink;
     return PAIR_NS + 2.0 * (double)(cp_now_ns() - t0) / READS;
 }
@@ -502,7 +494,7 @@ int cp_adapt_choose(size_t n, const void *addr)
      * what the role costs the program, and only adds noise. */
     if (ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED)
         && LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU)
-        span_mark = thread_cpu_ns();
+        span_mark = cp_thread_cpu_ns();
     return ticket;
 }
 
