@@ -42,7 +42,8 @@ LEARNED = {
     lib.CP_LEARNED_FIRST: "nothing compared yet: {safe}",
     lib.CP_LEARNED_CACHED: (
         "cleared within the last {reuse} of clears and no larger than {recent_max}, so still "
-        "in the cache: ordinary stores keep it there for the program, untimed"),
+        "in the cache: ordinary stores keep it there for the program, untimed (a clear now "
+        "and then timed alone, to check)"),
     lib.CP_LEARNED_COMPARING: (
         "comparing the two routines in pairs ({pairs} so far); until one wins decisively, "
         "{safe}"),
@@ -69,6 +70,9 @@ TRIGGER = {
     lib.CP_ADAPT_BY_START: "its first calls",
     lib.CP_ADAPT_BY_CHANGE: "a change in what its routine cost (the program changed)",
     lib.CP_ADAPT_BY_RECHECK: "a periodic recheck",
+    lib.CP_ADAPT_BY_EVICTED: (
+        "a recent buffer taken as cached cleared slower than streaming does: the program's "
+        "other buffers, its reads or a sleep had emptied the cache"),
 }
 
 
@@ -147,13 +151,51 @@ DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
 
+#: A recent buffer taken as cached has its clear timed once per this
+#: fraction of the reuse window of its context's clears (at 16 KiB once per
+#: 512 calls, from 8 MiB every fourth), against what a streaming clear costs
+#: (:func:`stream_cost`): one that costs more was not in the cache.
+CHECK_DIVISOR = 4
 
-def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0) -> None:
+#: The streaming clear behind stream_cost: a buffer of this many bytes,
+#: cleared STREAM_WARMUP times and then STREAM_RUNS times timed.
+STREAM_PROBE = 2 << 20
+STREAM_WARMUP = 2
+STREAM_RUNS = 5
+
+_stream_costs: dict[str, float] = {}
+
+
+def stream_cost(name: str) -> float:
+    """ns per byte of a streaming clear with routine ``name`` here: the
+    median of STREAM_RUNS clears of a STREAM_PROBE buffer (~0.2 ms, once per
+    process and routine; 0.0 where the routine has no native entry).  What a
+    buffer out of the cache costs whatever its store: ordinary stores
+    that cost more than this did not find the buffer in the cache."""
+    if name not in _stream_costs:
+        fn = getattr(lib, "cp_clear_" + name, None)
+        cost = 0.0
+        if fn is not None:
+            buf = ffi.new("char[]", STREAM_PROBE)
+            times = []
+            for i in range(STREAM_WARMUP + STREAM_RUNS):
+                t0 = lib.cp_adapt_now_ns()
+                fn(buf, STREAM_PROBE)
+                if i >= STREAM_WARMUP:
+                    times.append(lib.cp_adapt_now_ns() - t0)
+            cost = sorted(times)[len(times) // 2] / STREAM_PROBE
+        _stream_costs[name] = cost
+    return _stream_costs[name]
+
+
+def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
+              l2: int = 0) -> None:
     """Set the learner's band from th (empty when not usable: a forced
     method) and forget all; then turn it on or off (:func:`enable`).
     recent: the largest recent buffer taken as in the cache (the CPU's
     static streaming threshold, _policy.static_threshold), at most half the
-    reuse window; 0: a quarter of it."""
+    reuse window; 0: a quarter of it.  l2: the L2's size, from which such a
+    buffer's clears are checked (0: a sixteenth of recent)."""
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
     if usable and th.adapt_min < th.adapt_max:
@@ -165,6 +207,9 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0) -> N
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
+        p.stream_ns_per_byte = stream_cost(th.streaming)
+        p.check_bytes = reuse // CHECK_DIVISOR
+        p.check_min = l2 or p.recent_max // 16
         # A call's span on its thread's CPU clock: a sleep, a wait or another
         # process's time slice is none of what a role costs the program.
         p.span_clock = lib.CP_ADAPT_SPAN_CPU

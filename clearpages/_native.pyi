@@ -129,6 +129,7 @@ class _Lib:
     CP_ADAPT_ROLE: int
     CP_ADAPT_CONTEXT_SHIFT: int
     CP_ADAPT_SAMPLE: int
+    CP_ADAPT_CHECK: int
     CP_ADAPT_UNTIMED: int
     CP_ADAPT_CLASS_SHIFT: int
     CP_ADAPT_CLASSES: int
@@ -145,6 +146,7 @@ class _Lib:
     CP_ADAPT_BY_START: int
     CP_ADAPT_BY_CHANGE: int
     CP_ADAPT_BY_RECHECK: int
+    CP_ADAPT_BY_EVICTED: int
     CP_ADAPT_SPAN_CALLER: int
     CP_ADAPT_OTHER_DIVISOR: int
     CP_ADAPT_SPAN_CPU: int

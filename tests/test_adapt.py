@@ -187,8 +187,8 @@ def test_off_is_static_for_every_size(learner):
 @pytest.mark.parametrize("n", [16 * KiB, 1 * MiB, 8 * MiB - 4096])
 def test_a_recent_buffer_below_recent_max_gets_ordinary_stores_untimed(learner, n):
     """Cleared again within the reuse window and below recent_max: in the
-    cache, so ordinary stores, and no call is ever timed, however the
-    clears would have gone."""
+    cache, so ordinary stores, and with no streaming cost to check against
+    no call is ever timed, however the clears would have gone."""
     learner()
     prog = Program()
     prog.loop(n, 3000, cost=(1 / 10.0, 1 / 50.0))    # streaming "faster": never asked
@@ -196,6 +196,75 @@ def test_a_recent_buffer_below_recent_max_gets_ordinary_stores_untimed(learner, 
     assert prog.timed == 0
     st = stat(n.bit_length() - 1, RECENT)
     assert st.learned == lib.CP_LEARNED_CACHED and st.calls == 2999 and st.timed == 0
+
+
+def checked(learner, **kw):
+    """The learner with checks of cached buffers from 1 MiB up, against
+    the scenario's streaming cost."""
+    return learner(stream_ns_per_byte=WARM[S], check_bytes=8 * MiB, check_min=1 * MiB, **kw)
+
+
+def is_check(ticket: int) -> bool:
+    return bool(ticket & lib.CP_ADAPT_CHECK)
+
+
+@pytest.mark.parametrize("n", [1 * MiB, 8 * MiB - 4096])
+def test_a_cached_buffer_is_checked_now_and_then_and_stays_cached(learner, n):
+    """A recent buffer whose ordinary-store clears run at cache speed
+    (faster than streaming): ordinary stores throughout; only the checks,
+    one per check_bytes of clears (at least 4 calls apart), are timed, and
+    they time the clear alone (no sample)."""
+    checked(learner)
+    prog = Program()
+    prog.loop(n, 2000, cost=WARM)
+    assert prog.roles == [T] * 2000
+    checks = [t for t in prog.tickets if not untimed(t)]
+    assert all(is_check(t) and not is_sample(t) for t in checks)
+    gap = max(4, 8 * MiB // n)
+    assert 2000 // (gap + 1) - 2 <= len(checks) <= 2000 // gap + 2
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0
+
+
+def test_a_recent_buffer_out_of_the_cache_is_timed_and_streams(learner):
+    """A recent buffer whose ordinary-store clears cost more than streaming
+    ones (the cache emptied between clears) and which the program does not
+    use: 2 of 3 checks find it out of the cache, a comparison starts at
+    once, and streaming wins it."""
+    checked(learner)
+    prog = Program(seed=3)
+    n = 4 * MiB
+    prog.loop(n, 400, cost=COLD)
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED
+    assert st.learned == lib.CP_LEARNED_STREAMING
+    assert prog.settled_from(S) <= 64
+    assert prog.tickets[1] & lib.CP_ADAPT_CHECK       # the first recent call is a check
+
+
+def test_checks_overruled_by_a_comparison_go_back_to_cached_and_space_out(learner):
+    """Out of the cache, but the program reads it next, so ordinary stores
+    win the comparison: the buffer is taken as cached again, untimed, and
+    checked half as often each time that happens."""
+    checked(learner)
+    prog = Program(seed=4)
+    n = 2 * MiB
+    cost, use = COLD, (0.0, n * (COLD[T] + 0.05))     # streaming: read back in
+    prog.loop(n, 3000, cost=cost, use=use)
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.learned == lib.CP_LEARNED_CACHED
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons >= 2
+    assert prog.share(T, 1000) > 0.95
+    first = [i for i, t in enumerate(prog.tickets[:200]) if is_check(t)]
+    last = [i for i, t in enumerate(prog.tickets[2000:]) if is_check(t)]
+    assert len(last) < len(first)
+
+
+def test_a_buffer_below_check_min_is_never_checked(learner):
+    checked(learner)
+    prog = Program()
+    prog.loop(256 * KiB, 3000, cost=COLD)
+    assert prog.timed == 0 and prog.roles == [T] * 3000
 
 
 def test_recent_max_is_a_size_not_a_class(learner):

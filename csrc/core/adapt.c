@@ -47,8 +47,13 @@ enum {
     REF_PAIRS = 3,              /* pairs before any is judged disturbed or counted */
     FUTILE_PAIRS = 6,           /* counted pairs from which a comparison whose mean
                                    favours the safe role ends on it */
-    FIRST_LIKELY = 16           /* a context's first calls, untimed, where its safe role
+    FIRST_LIKELY = 16,          /* a context's first calls, untimed, where its safe role
                                    is likely right */
+    CHECK_CALLS = 4,            /* a cached context's checks are at least this many
+                                   calls apart ... */
+    CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
+    CHECK_BACKOFF_MAX = 6       /* ... and 2^this times further apart at most after
+                                   checks that a comparison overruled */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -80,6 +85,10 @@ enum {
  * pairs stay within SAMPLE_SHARE of the time. */
 #define PAIR_NS 500.0
 #define SAMPLE_SHARE 0.005
+/* A cached context's checked clear is slow when it costs more than this
+ * times a streaming clear (a cached buffer's ordinary-store clear costs
+ * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
+#define CHECK_MARGIN 1.25
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -135,6 +144,14 @@ struct ctx_state {
     uint32_t quiet_left;        /* untimed calls still to run on `role` */
     uint32_t quiet_set;         /* quiet_left when the lock last set it */
     uint32_t quiet_ran;         /* untimed calls not yet counted in `calls` */
+    uint32_t check_left;        /* cached: untimed calls before the next check */
+    /* Under the lock: */
+    uint32_t check_hist;        /* cached: the latest checks, a bit each, 1: slower
+                                   than streaming */
+    int evicted;                /* the checks found a recent buffer out of the cache:
+                                   this context is timed, not taken as cached */
+    uint32_t backoff;           /* comparisons after which that was undone: the checks
+                                   are 2^backoff times further apart */
 };
 
 struct seen {
@@ -253,6 +270,8 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
 {
     pthread_mutex_lock(&lock);
     params = *p;
+    if (!(params.stream_ns_per_byte > 0))
+        params.check_bytes = 0;     /* nothing to check against */
     if (params.lo < 1)
         params.lo = 1;          /* log2 of 0 has no class */
     if (params.hi < params.lo)
@@ -459,6 +478,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
 static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
                        int closing, int role, int learned);
+static uint32_t check_gap(size_t n, uint32_t backoff);
 
 /* Has this thread a span open, which its next band clear closes (so that
  * clear is timed, whatever it would have been)? */
@@ -494,7 +514,9 @@ int cp_adapt_choose(size_t n, const void *addr)
      * what the role costs the program, and only adds noise. */
     if (ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED)
         && LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU)
-        span_mark = cp_thread_cpu_ns();
+        /* (Not for a check alone: it times the clear, on the monotonic
+         * clock, and opens no span.) */
+        span_mark = ticket & CP_ADAPT_CHECK && !span_open() ? 0 : cp_thread_cpu_ns();
     return ticket;
 }
 
@@ -506,7 +528,7 @@ static int choose(size_t n, const void *addr)
     int ctx = is_recent(addr, n);
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
-    if (ctx && n <= LOAD(recent_most))
+    if (ctx && n <= LOAD(recent_most) && !LOAD(s->evicted))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
     if (n > LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
@@ -538,18 +560,49 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
     /* A load and a store, not a locked add: the calls hold the GIL, and a
      * count lost to a race is one call not counted. */
     STORE(s->quiet_ran, LOAD(s->quiet_ran) + 1);
+    /* A recent buffer's clear is checked now and then (a buffer cleared
+     * again back to back, after each of its fast runs): see check_clear. */
+    uint32_t gap = learned == CP_LEARNED_CACHED ? check_gap(n, LOAD(s->backoff)) : 0;
+    int check = 0;
+    if (gap) {
+        uint32_t left = LOAD(s->check_left);
+        check = !left;
+        STORE(s->check_left, check ? gap - 1 : left - 1);
+    }
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
             s->init = 1;
             s->role = s->safe = role;
             s->learned = learned;
         }
-        if (again && enabled && !closing)
-            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, FAST_RUN);
+        if (again && enabled && !closing) {
+            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, gap ? gap : FAST_RUN);
+            if (gap)
+                STORE(s->check_left, 0);
+        }
         pthread_mutex_unlock(&lock);
     }
+    if (check)
+        return ticket | CP_ADAPT_CHECK;
     /* Timed only to close this thread's span. */
     return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
+}
+
+/* The calls between two checks of a cached context's clears of n bytes:
+ * one per check_bytes of them, at least CHECK_CALLS apart, times 2^backoff
+ * (0: no checks, for a buffer below check_min, or with no
+ * stream_ns_per_byte to check against).  A check is two monotonic clock
+ * reads and the lock, ~0.1 us, against the 10 us or more an L2's worth of
+ * clear takes. */
+static uint32_t check_gap(size_t n, uint32_t backoff)
+{
+    size_t every = LOAD(params.check_bytes);
+    if (!every || n < LOAD(params.check_min))
+        return 0;
+    size_t gap = every / n;
+    gap = gap < CHECK_CALLS ? CHECK_CALLS : gap;
+    gap <<= backoff;
+    return gap > CHECK_CALLS_MAX ? CHECK_CALLS_MAX : (uint32_t)gap;
 }
 
 static uint32_t draw(void)
@@ -756,6 +809,18 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
             calls = (uint64_t)EVEN_GAP * (s->block[0] + s->block[1]) * s->pairs_max;
         s->recheck = calls << s->holds;
     }
+    /* A recent buffer found out of the cache (check_clear) that the
+     * comparison kept on ordinary stores: taken as cached again, untimed,
+     * its checks twice as far apart each time this happens (the checks
+     * were wrong, or the program uses what it clears). */
+    if (s->evicted && role == CP_ADAPT_TEMPORAL) {
+        s->learned = CP_LEARNED_CACHED;
+        s->check_hist = 0;
+        if (s->backoff < CHECK_BACKOFF_MAX)
+            STORE(s->backoff, s->backoff + 1);
+        STORE(s->check_left, 0);
+        STORE(s->evicted, 0);
+    }
 }
 
 /* One pair is complete: does it decide?  The role other than the safe one
@@ -932,10 +997,36 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
     flush_fast();               /* this thread's next band clear is timed */
 }
 
+/* A check of a cached context's clear (cached_call): ordinary stores that
+ * cost more than a streaming clear does (stream_ns_per_byte) did not find
+ * the buffer in the cache.  In 2 of its latest 3 checks: the context is
+ * timed from now on, starting with a comparison. */
+static void check_clear(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns)
+{
+    int cls = ticket >> CP_ADAPT_CLASS_SHIFT, ctx = ticket >> CP_ADAPT_CONTEXT_SHIFT & 1;
+    if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
+        return;
+    struct ctx_state *s = &table[cls][ctx];
+    if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
+        double x = (double)(end_ns >= start_ns ? end_ns - start_ns : 0) / (double)n;
+        s->check_hist = (s->check_hist << 1
+                         | (x > CHECK_MARGIN * params.stream_ns_per_byte)) & 7;
+        if (__builtin_popcount(s->check_hist) >= 2) {
+            drain_quiet(s);
+            init_context(s, n, ctx);
+            STORE(s->evicted, 1);
+            start_comparison(s, CP_ADAPT_BY_EVICTED);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns)
 {
     if (ticket < 0 || n == 0 || ticket & CP_ADAPT_UNTIMED)
         return;
+    if (ticket & CP_ADAPT_CHECK)
+        check_clear(n, ticket, start_ns, end_ns);
     /* The span's end (and the next one's start): this call's start on the
      * span clock. */
     uint64_t at = start_ns;

@@ -11,7 +11,12 @@
  * stores would keep only its tail there, so it streams: neither needs a
  * clock.  Everything else is timed, because what decides it is what the
  * program does after the clear: a buffer read next wants ordinary stores
- * even where streaming clears it faster.
+ * even where streaming clears it faster.  The first rule is checked: now
+ * and then the clear of such a buffer is timed alone, and where it cost
+ * more than a streaming clear does (stream_ns_per_byte, measured) in 2 of 3
+ * checks, the buffer was not in the cache after all (the program's other
+ * buffers, its reads or a sleep emptied it), and its context is timed
+ * from then on like any other.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
@@ -59,6 +64,9 @@ enum {
     CP_ADAPT_CONTEXT_SHIFT = 1, /* ticket >> this & 1: the context */
     CP_ADAPT_SAMPLE = 4,        /* ticket & this: the time from this call to the next
                                    clear of its context is a sample of its role */
+    CP_ADAPT_CHECK = 16,        /* ticket & this: the clear alone is timed, to check
+                                   that a recent buffer taken as cached is (set only
+                                   without CP_ADAPT_UNTIMED) */
     CP_ADAPT_UNTIMED = 32,      /* ticket & this: run the role; no clock, no record */
     CP_ADAPT_CLASS_SHIFT = 8,   /* ticket >> this: the size class */
     CP_ADAPT_CLASSES = 64,      /* size class: floor(log2(n)) */
@@ -87,7 +95,9 @@ enum {
     /* What started a context's latest comparison (cp_adapt_stat's trigger). */
     CP_ADAPT_BY_START = 0,      /* the context's first calls */
     CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
-    CP_ADAPT_BY_RECHECK = 2     /* the recheck gap ran out */
+    CP_ADAPT_BY_RECHECK = 2,    /* the recheck gap ran out */
+    CP_ADAPT_BY_EVICTED = 3     /* a recent buffer taken as cached cleared slower than
+                                   streaming would: it was not in the cache */
 };
 
 struct cp_adapt_params {
@@ -105,6 +115,17 @@ struct cp_adapt_params {
     uint32_t margin_ppm;        /* streaming must cost this much less at the median */
     uint32_t seed;              /* of the draws that order each pair */
     int span_clock;             /* CP_ADAPT_SPAN_*: what a call's span is measured on */
+    double stream_ns_per_byte;  /* what a streaming clear costs, measured: a recent
+                                   buffer taken as cached whose ordinary-store clear
+                                   costs more, in 2 of 3 checks, is timed instead
+                                   (0: never checked) */
+    size_t check_bytes;         /* such a buffer's clear is checked once per this many
+                                   bytes of its context's clears (at most every
+                                   fourth call, at least every 4096th) */
+    size_t check_min;           /* ... if it has at least this many bytes (an L2's
+                                   worth: a smaller one out of the cache costs little
+                                   to read in, and its clear alone is too short to
+                                   time against streaming) */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
