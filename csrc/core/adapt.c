@@ -51,9 +51,7 @@ enum {
                                    is likely right */
     CHECK_CALLS = 4,            /* a cached context's checks are at least this many
                                    calls apart ... */
-    CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
-    CHECK_BACKOFF_MAX = 6       /* ... and 2^this times further apart at most after
-                                   checks that a comparison overruled */
+    CHECK_CALLS_MAX = 4096      /* ... and at most this many */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -150,8 +148,8 @@ struct ctx_state {
                                    than streaming */
     int evicted;                /* the checks found a recent buffer out of the cache:
                                    this context is timed, not taken as cached */
-    uint32_t backoff;           /* comparisons after which that was undone: the checks
-                                   are 2^backoff times further apart */
+    uint32_t overruled;         /* comparisons that undid that, in a row: the checks
+                                   rest 2^overruled recheck gaps after the latest */
 };
 
 struct seen {
@@ -478,7 +476,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
 static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
                        int closing, int role, int learned);
-static uint32_t check_gap(size_t n, uint32_t backoff);
+static uint32_t check_gap(size_t n);
 
 /* Has this thread a span open, which its next band clear closes (so that
  * clear is timed, whatever it would have been)? */
@@ -560,14 +558,16 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
     /* A load and a store, not a locked add: the calls hold the GIL, and a
      * count lost to a race is one call not counted. */
     STORE(s->quiet_ran, LOAD(s->quiet_ran) + 1);
-    /* A recent buffer's clear is checked now and then (a buffer cleared
-     * again back to back, after each of its fast runs): see check_clear. */
-    uint32_t gap = learned == CP_LEARNED_CACHED ? check_gap(n, LOAD(s->backoff)) : 0;
+    /* A recent buffer's clear is checked now and then (see check_clear):
+     * check_left counts the calls down to the next check, this one
+     * included, and a buffer cleared again back to back hands them to the
+     * fast slot. */
+    uint32_t gap = learned == CP_LEARNED_CACHED ? check_gap(n) : 0;
     int check = 0;
     if (gap) {
         uint32_t left = LOAD(s->check_left);
         check = !left;
-        STORE(s->check_left, check ? gap - 1 : left - 1);
+        STORE(s->check_left, (check ? gap : left) - 1);
     }
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
@@ -575,10 +575,12 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
             s->role = s->safe = role;
             s->learned = learned;
         }
-        if (again && enabled && !closing) {
-            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, gap ? gap : FAST_RUN);
+        uint32_t run = gap ? LOAD(s->check_left) : FAST_RUN;
+        run = run < FAST_RUN ? run : FAST_RUN;
+        if (again && enabled && !closing && run) {
+            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, run);
             if (gap)
-                STORE(s->check_left, 0);
+                STORE(s->check_left, LOAD(s->check_left) - run);
         }
         pthread_mutex_unlock(&lock);
     }
@@ -589,20 +591,18 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
 }
 
 /* The calls between two checks of a cached context's clears of n bytes:
- * one per check_bytes of them, at least CHECK_CALLS apart, times 2^backoff
- * (0: no checks, for a buffer below check_min, or with no
- * stream_ns_per_byte to check against).  A check is two monotonic clock
- * reads and the lock, ~0.1 us, against the 10 us or more an L2's worth of
- * clear takes. */
-static uint32_t check_gap(size_t n, uint32_t backoff)
+ * one per check_bytes of them, CHECK_CALLS .. CHECK_CALLS_MAX apart (0: no
+ * checks, for a buffer below check_min, or with no stream_ns_per_byte to
+ * check against).  A check is two monotonic clock reads and the lock,
+ * ~0.1 us, against the 10 us or more an L2's worth of clear takes. */
+static uint32_t check_gap(size_t n)
 {
     size_t every = LOAD(params.check_bytes);
     if (!every || n < LOAD(params.check_min))
         return 0;
     size_t gap = every / n;
-    gap = gap < CHECK_CALLS ? CHECK_CALLS : gap;
-    gap <<= backoff;
-    return gap > CHECK_CALLS_MAX ? CHECK_CALLS_MAX : (uint32_t)gap;
+    return gap < CHECK_CALLS ? CHECK_CALLS : gap > CHECK_CALLS_MAX ? CHECK_CALLS_MAX
+           : (uint32_t)gap;
 }
 
 static uint32_t draw(void)
@@ -810,16 +810,24 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         s->recheck = calls << s->holds;
     }
     /* A recent buffer found out of the cache (check_clear) that the
-     * comparison kept on ordinary stores: taken as cached again, untimed,
-     * its checks twice as far apart each time this happens (the checks
-     * were wrong, or the program uses what it clears). */
-    if (s->evicted && role == CP_ADAPT_TEMPORAL) {
-        s->learned = CP_LEARNED_CACHED;
-        s->check_hist = 0;
-        if (s->backoff < CHECK_BACKOFF_MAX)
-            STORE(s->backoff, s->backoff + 1);
-        STORE(s->check_left, 0);
-        STORE(s->evicted, 0);
+     * comparison kept on ordinary stores (the program uses what it clears,
+     * or the checks were wrong): taken as cached again, untimed, and
+     * checked again only after a recheck's gap, which doubles each time
+     * this happens in a row (a check cannot tell this from a buffer out
+     * of the cache and left alone, only a comparison can). */
+    if (s->evicted) {
+        if (role == CP_ADAPT_TEMPORAL) {
+            uint64_t rest = params.recheck_bytes / n;
+            rest = (rest < RECHECK_CALLS ? RECHECK_CALLS : rest) << s->overruled;
+            if (s->overruled < RECHECK_DOUBLINGS)
+                s->overruled++;
+            s->learned = CP_LEARNED_CACHED;
+            s->check_hist = 0;
+            STORE(s->check_left, rest < UINT32_MAX ? (uint32_t)rest : UINT32_MAX);
+            STORE(s->evicted, 0);
+        } else {
+            s->overruled = 0;
+        }
     }
 }
 
