@@ -24,6 +24,7 @@ from typing import Any
 
 from ._native import ffi, lib
 from ._policy import Thresholds, _evidence
+from ._routines import BY_NAME
 from ._units import format_size
 
 #: The learner's contexts, as plan() and info name them.
@@ -61,9 +62,6 @@ LEARNED = {
         "larger than {reuse}, the last-level cache: never all in it, however recently "
         "cleared, and ordinary stores would keep only its tail there, so streaming, untimed"),
 }
-
-#: The codes of what is known without a clock (no comparison behind them).
-UNTIMED = (lib.CP_LEARNED_CACHED, lib.CP_LEARNED_LARGE)
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
@@ -119,7 +117,9 @@ class Learned:
 
     def sentence(self, reuse: int, recent_max: int) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
-        started = "" if self.learned in UNTIMED + (lib.CP_LEARNED_FIRST,) else (
+        # A cached context is compared only after its checks found the
+        # buffer out of the cache (and the comparison kept ordinary stores).
+        started = "" if self.learned == lib.CP_LEARNED_FIRST or not self.comparisons else (
             "; compared %d time%s, the latest after %s" % (
                 self.comparisons, "" if self.comparisons == 1 else "s", TRIGGER[self.trigger]))
         return ("%s: %s, %s (%s; %d calls, %d timed%s)"
@@ -151,10 +151,11 @@ DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
 
-#: A recent buffer taken as cached has its clear timed once per this
-#: fraction of the reuse window of its context's clears (at 16 KiB once per
-#: 512 calls, from 8 MiB every fourth), against what a streaming clear costs
-#: (:func:`stream_cost`): one that costs more was not in the cache.
+#: A recent buffer taken as cached, from an L2's worth up, has its clear
+#: timed once per this fraction of the reuse window of its context's clears
+#: (at 1 MiB once per 8 calls, from 2 MiB every fourth), against what a
+#: streaming clear costs (:func:`stream_cost`): one that costs more was not
+#: in the cache.
 CHECK_DIVISOR = 4
 
 #: The streaming clear behind stream_cost: a buffer of this many bytes,
@@ -169,13 +170,14 @@ _stream_costs: dict[str, float] = {}
 def stream_cost(name: str) -> float:
     """ns per byte of a streaming clear with routine ``name`` here: the
     median of STREAM_RUNS clears of a STREAM_PROBE buffer (~0.2 ms, once per
-    process and routine; 0.0 where the routine has no native entry).  What a
-    buffer out of the cache costs whatever its store: ordinary stores
-    that cost more than this did not find the buffer in the cache."""
+    process and routine; 0.0 where it is not a streaming routine with a
+    native entry).  What a buffer out of the cache costs whatever its store:
+    ordinary stores that cost more than this did not find the buffer in the
+    cache."""
     if name not in _stream_costs:
         fn = getattr(lib, "cp_clear_" + name, None)
         cost = 0.0
-        if fn is not None:
+        if fn is not None and name in BY_NAME and not BY_NAME[name].temporal:
             buf = ffi.new("char[]", STREAM_PROBE)
             times = []
             for i in range(STREAM_WARMUP + STREAM_RUNS):

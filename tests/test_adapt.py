@@ -24,7 +24,7 @@ import pytest
 from conftest import run_python
 
 import clearpages as cp
-from clearpages import _config, _dispatch, _fast
+from clearpages import _adapt, _config, _dispatch, _fast
 from clearpages._native import ffi, lib
 
 KiB = 1 << 10
@@ -258,6 +258,11 @@ def test_checks_overruled_by_a_comparison_rest_for_a_recheck_gap_that_doubles(le
     timed = [i for i, t in enumerate(prog.tickets) if not untimed(t)]
     rests = sorted(b - a for a, b in zip(timed, timed[1:]))
     assert rests[-2] >= 512 and rests[-1] >= 1024
+    # info and plan() say why it was compared, though it runs untimed now.
+    said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(21, ("rep_stosb", "avx512_nt"))
+            if x.context == RECENT]
+    assert len(said) == 1 and "untimed" in said[0]
+    assert _adapt.TRIGGER[lib.CP_ADAPT_BY_EVICTED] in said[0]
 
 
 def test_a_buffer_below_check_min_is_never_checked(learner):
@@ -320,6 +325,26 @@ def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, rece
     assert _adapt.recent_max() == want
     assert role(lib.cp_adapt_choose(12 * MiB, ffi.cast("void *", POOL))) == S
     assert role(lib.cp_adapt_choose(6 * MiB, ffi.cast("void *", POOL + 64 * MiB))) == T
+
+
+def test_checks_are_configured_from_a_measured_streaming_clear(learner):
+    """As configured: checks from the L2's size up (a sixteenth of recent_max
+    where it is unknown), once per quarter of the reuse window of clears,
+    against the streaming routine's own cost measured here; a temporal
+    routine is no streaming reference (0: no checks)."""
+    import dataclasses
+
+    learner()
+    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=128 * MiB)
+    if th.streaming not in cp.methods() or th.streaming == th.temporal:
+        pytest.skip("no streaming routine usable here: %s" % th.streaming)
+    p = ffi.new("struct cp_adapt_params *")
+    for l2, want in ((1 * MiB, 1 * MiB), (0, 16 * MiB // 16)):
+        _adapt.configure(th, True, True, 16 * MiB, l2)
+        lib.cp_adapt_params(p)
+        assert p.check_min == want and p.check_bytes == 8 * MiB
+        assert p.stream_ns_per_byte == _adapt.stream_cost(th.streaming) > 0
+    assert _adapt.stream_cost("rep_stosb") == 0.0 and _adapt.stream_cost("no such") == 0.0
 
 
 def test_a_warm_buffer_above_recent_max_is_compared_in_blocks_of_two(learner):
