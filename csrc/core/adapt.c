@@ -963,6 +963,12 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
 
 /* ---- recording ---------------------------------------------------------- */
 
+/* A clear's ns per byte from its clock readings. */
+static double per_byte(uint64_t start_ns, uint64_t end_ns, size_t n)
+{
+    return (double)(end_ns >= start_ns ? end_ns - start_ns : 0) / (double)n;
+}
+
 /* The clear alone, for plan() and info. */
 static void note_clear(struct role_state *a, uint64_t start_ns, uint64_t end_ns, size_t n)
 {
@@ -970,7 +976,7 @@ static void note_clear(struct role_state *a, uint64_t start_ns, uint64_t end_ns,
         memmove(a->clear, a->clear + 1, (WINDOW - 1) * sizeof a->clear[0]);
         a->nclear--;
     }
-    a->clear[a->nclear++] = (double)(end_ns >= start_ns ? end_ns - start_ns : 0) / (double)n;
+    a->clear[a->nclear++] = per_byte(start_ns, end_ns, n);
     a->timed++;
 }
 
@@ -1009,14 +1015,13 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
  * cost more than a streaming clear does (stream_ns_per_byte) did not find
  * the buffer in the cache.  In 2 of its latest 3 checks: the context is
  * timed from now on, starting with a comparison. */
-static void check_clear(size_t n, int ticket, uint64_t start_ns, uint64_t end_ns)
+static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t end_ns)
 {
-    int cls = ticket >> CP_ADAPT_CLASS_SHIFT, ctx = ticket >> CP_ADAPT_CONTEXT_SHIFT & 1;
-    if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
+    if (pthread_mutex_trylock(&lock) != 0)
         return;
     struct ctx_state *s = &table[cls][ctx];
     if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
-        double x = (double)(end_ns >= start_ns ? end_ns - start_ns : 0) / (double)n;
+        double x = per_byte(start_ns, end_ns, n);
         s->check_hist = (s->check_hist << 1
                          | (x > CHECK_MARGIN * params.stream_ns_per_byte)) & 7;
         if (__builtin_popcount(s->check_hist) >= 2) {
@@ -1033,8 +1038,12 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
 {
     if (ticket < 0 || n == 0 || ticket & CP_ADAPT_UNTIMED)
         return;
+    int cls = ticket >> CP_ADAPT_CLASS_SHIFT, ctx = ticket >> CP_ADAPT_CONTEXT_SHIFT & 1;
+    int role = ticket & CP_ADAPT_ROLE;
+    if (cls >= CP_ADAPT_CLASSES)
+        return;
     if (ticket & CP_ADAPT_CHECK)
-        check_clear(n, ticket, start_ns, end_ns);
+        check_clear(n, cls, ctx, start_ns, end_ns);
     /* The span's end (and the next one's start): this call's start on the
      * span clock. */
     uint64_t at = start_ns;
@@ -1044,9 +1053,7 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         if (!at)
             return;             /* no timed ticket handed out on this thread */
     }
-    int cls = ticket >> CP_ADAPT_CLASS_SHIFT, ctx = ticket >> CP_ADAPT_CONTEXT_SHIFT & 1;
-    int role = ticket & CP_ADAPT_ROLE;
-    if (cls >= CP_ADAPT_CLASSES || pthread_mutex_trylock(&lock) != 0)
+    if (pthread_mutex_trylock(&lock) != 0)
         return;
     struct ctx_state *s = &table[cls][ctx];
     if (!s->init) {             /* reset between choose and record */
