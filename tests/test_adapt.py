@@ -265,6 +265,28 @@ def test_checks_overruled_by_a_comparison_rest_for_a_recheck_gap_that_doubles(le
     assert _adapt.TRIGGER[lib.CP_ADAPT_BY_EVICTED] in said[0]
 
 
+def test_checks_rest_their_gap_though_other_clears_cut_the_untimed_runs(learner):
+    """As above, with another buffer cleared every 100 calls: each of its
+    clears takes the fast slot back from the checked buffer mid-run, and
+    the calls that run did not make still count down to the next check, so
+    the rests after an overruled comparison are as long."""
+    checked(learner)
+    prog = Program(seed=4)
+    n = 2 * MiB
+    use = (0.0, n * (COLD[T] + 0.05))
+    mine = []
+    for i in range(3000):
+        if i % 100 == 99:
+            prog.step(64 * KiB, HOT + 64 * MiB, cost=WARM)
+        mine.append(len(prog.tickets))
+        prog.step(n, HOT, cost=COLD, use=use)
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons >= 2
+    checks = [k for k, i in enumerate(mine) if is_check(prog.tickets[i])]
+    rests = sorted(b - a for a, b in zip(checks, checks[1:]))
+    assert rests[-2] >= 512 and rests[-1] >= 1024
+
+
 def test_a_buffer_below_check_min_is_never_checked(learner):
     checked(learner)
     prog = Program()

@@ -172,9 +172,12 @@ static struct {
     size_t n;
     int ctx;
 } last;
-/* The fast slot (adapt.h) and the context whose calls it runs. */
+/* The fast slot (adapt.h) and the context whose calls it runs; 1 where
+ * they were taken from the owner's check_left (a cached context's calls
+ * up to its next check), which gets back what the slot did not run. */
 struct cp_adapt_fast cp_adapt_fast_slot;
 static struct ctx_state *fast_owner;
+static int fast_checked;
 /* The span a sample call opened on this thread, closed by this thread's
  * next band clear whatever its context: the clear and what the program did
  * right after it.  Per thread, since a span from one thread's clear to
@@ -255,6 +258,7 @@ static void forget(void)
     STORE(cp_adapt_fast_slot.left, 0);
     cp_adapt_fast_slot.set = 0;
     fast_owner = NULL;
+    fast_checked = 0;
     byte_clock = 0;
     rng = params.seed ? params.seed : 1;
     STORE(generation, generation + 1);
@@ -388,6 +392,8 @@ static void flush_fast(void)
     STORE(f->set, 0);
     uint32_t ran = set > left ? set - left : 0;
     struct ctx_state *owner = LOAD(fast_owner);
+    if (owner && left && LOAD(fast_checked))
+        __atomic_fetch_add(&owner->check_left, left, __ATOMIC_RELAXED);
     if (!ran || !a)
         return;
     uint64_t now = LOAD(byte_clock) + (uint64_t)ran * LOAD(f->n);
@@ -400,13 +406,15 @@ static void flush_fast(void)
 }
 
 /* Hands the next `calls` clears of the buffer just looked up to the fast
- * word.  Under the lock. */
-static void hand_fast(struct ctx_state *s, size_t n, int ticket, uint32_t calls)
+ * word (checked: taken from s->check_left).  Under the lock. */
+static void hand_fast(struct ctx_state *s, size_t n, int ticket, uint32_t calls,
+                      int checked)
 {
     struct cp_adapt_fast *f = &cp_adapt_fast_slot;
     uintptr_t a = LOAD(last.addr);
     flush_fast();
     fast_owner = s;
+    STORE(fast_checked, checked);
     STORE(f->n, n);
     STORE(f->ticket, ticket | CP_ADAPT_UNTIMED);
     STORE(f->set, calls);
@@ -464,7 +472,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
     s->resting = 1;
     if (LOAD(last.addr) && LOAD(last.n) == n && LOAD(last.ctx) == ctx
         && ctx == (reuse && n <= reuse)) {
-        hand_fast(s, n, ticket_of(cls, ctx, s->role, 0), quiet);
+        hand_fast(s, n, ticket_of(cls, ctx, s->role, 0), quiet, 0);
         return;
     }
     s->quiet_set = quiet;
@@ -578,7 +586,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
         uint32_t run = gap ? LOAD(s->check_left) : FAST_RUN;
         run = run < FAST_RUN ? run : FAST_RUN;
         if (again && enabled && !closing && run) {
-            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, run);
+            hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, run, gap != 0);
             if (gap)
                 STORE(s->check_left, LOAD(s->check_left) - run);
         }
