@@ -51,7 +51,9 @@ enum {
                                    is likely right */
     CHECK_CALLS = 4,            /* a cached context's checks are at least this many
                                    calls apart ... */
-    CHECK_CALLS_MAX = 4096      /* ... and at most this many */
+    CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
+    REFILL_BLOCK = 8            /* the longest temporal block of a recent buffer's
+                                   comparison (refill_gain) */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -106,9 +108,13 @@ struct ctx_state {
     int comparing;
     /* The comparison. */
     uint32_t block[2];          /* calls of each role in a row: 2 where the buffer
-                                   keeps the state the other role left it in, else 1 */
-    uint32_t pos;               /* this call's place in the pair, 0 .. block[0] +
-                                   block[1] - 1 */
+                                   keeps the state the other role left it in, else 1
+                                   (the temporal role's: 3 and more, with refill) */
+    int refill;                 /* the temporal block grows while the buffer comes
+                                   back into the cache (refill_gain) */
+    uint32_t len[2];            /* this pair's blocks */
+    uint32_t pos;               /* this call's place in the pair, 0 .. len[0] +
+                                   len[1] - 1 */
     int first;                  /* the role of the pair's first block */
     double fill[2];             /* this pair's ln cost per role so far */
     unsigned have;              /* bit per role: fill holds it */
@@ -246,6 +252,10 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
     /* 3%: a role barely ahead is not worth what it risks when the program
      * changes (a warm buffer streamed costs several times its clear). */
     p->margin_ppm = 30000;
+    /* 10%: a recent buffer's ordinary-store clears after a streaming one
+     * fall by 15-30% a call while it comes back into the cache, and by
+     * less than 10% from one call to the next once it is (or never will). */
+    p->refill_gain = 0.1;
     p->seed = 0x9E3779B9u;
 }
 
@@ -666,6 +676,22 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
      * writes the dirty lines it finds back first (1.5-2x its own cost at
      * 16 MiB on the Zen 4 guest); neither happens while one role runs. */
     s->block[CP_ADAPT_TEMPORAL] = s->block[CP_ADAPT_STREAMING] = ctx ? 2 : 1;
+    /* ... but ordinary stores may find a buffer that streaming pushed out
+     * of the cache back in it only bit by bit: on the Zen 4 guest (L2 1
+     * MiB) its ordinary-store clears after a streaming one cost 2.8, 2.1,
+     * 1.5, 1.2, 1.05 times what they settle at, at 8 MiB; a call sooner at
+     * 6 MiB, three later at 13 MiB; at 20 MiB, which does not stay in the
+     * cache, 1.5 times streaming's from the first call on.  A block of
+     * two would take the second call's cost for the role's, and make the
+     * temporal role 1.5x dearer than it is where the program keeps the
+     * buffer in the cache.  So with refill_gain the temporal block runs
+     * three calls, and one more while the latest clear cost refill_gain
+     * less than the one before (choose_locked), up to REFILL_BLOCK; a
+     * buffer that does not come back costs one call more than before.
+     * The streaming role's second call is already its own cost. */
+    s->refill = ctx && params.refill_gain > 0;
+    if (s->refill)
+        s->block[CP_ADAPT_TEMPORAL] = 3;
     size_t most = params.decide_bytes / n;
     if (most < CALLS_MIN)
         most = CALLS_MIN;
@@ -722,9 +748,22 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
         if (s->comparing) {
             /* Pairs of blocks, each pair's order drawn: drift and the
              * program's own rhythm land on both roles alike. */
-            if (s->pos == 0)
+            if (s->pos == 0) {
                 s->first = draw() & 1;
-            uint32_t head = s->block[s->first], both = head + s->block[!s->first];
+                s->len[0] = s->block[0];
+                s->len[1] = s->block[1];
+            }
+            int t = CP_ADAPT_TEMPORAL;
+            uint32_t t_last = (s->first == t ? 0 : s->len[!t]) + s->len[t] - 1;
+            if (s->refill && s->pos == t_last && s->len[t] < REFILL_BLOCK) {
+                /* The temporal block's last call as planned: one more
+                 * while the buffer is still coming back into the cache. */
+                const struct role_state *a = &s->roles[t];
+                unsigned k = a->nclear;
+                if (k >= 2 && a->clear[k - 1] < (1.0 - params.refill_gain) * a->clear[k - 2])
+                    s->len[t]++;
+            }
+            uint32_t head = s->len[s->first], both = head + s->len[!s->first];
             int role = s->pos < head ? s->first : !s->first;
             int sample = s->pos == head - 1 || s->pos == both - 1;
             s->pos = (s->pos + 1) % both;

@@ -126,6 +126,11 @@ struct cp_adapt_params {
                                    worth: a smaller one out of the cache costs little
                                    to read in, and its clear alone is too short to
                                    time against streaming) */
+    double refill_gain;         /* a recent buffer's comparison runs the temporal role
+                                   three calls in a row, and one more while the latest
+                                   cost this fraction less than the one before: the
+                                   buffer is still coming back into the cache (at most
+                                   eight; 0: two calls, as the streaming role) */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
