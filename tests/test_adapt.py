@@ -407,8 +407,8 @@ def test_a_warm_buffer_above_recent_max_is_compared_in_blocks(learner, gain):
 def refill(k: int) -> float:
     """What the k-th ordinary-store clear in a row of a recent buffer costs
     over its settled cost after a streaming clear pushed it out of the
-    cache: it comes back bit by bit (2.8, 2.0, 1.5, 1.3 ... as measured at
-    8 MiB on the Zen 4 guest)."""
+    cache: it comes back bit by bit (this model: 2.8, 2.0, 1.5, 1.3, 1.16
+    ...; measured at 8 MiB on the Zen 4 guest: 2.8, 2.1, 1.5, 1.2, 1.05)."""
     return 1 + 1.8 * 0.55 ** (k - 1)
 
 
