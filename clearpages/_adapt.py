@@ -37,10 +37,19 @@ SAFE = {
                              "cache, and ordinary stores would read it in first"),
 }
 
+#: What a context runs first where that is not its safe role (cp_adapt_stat's
+#: start), and why; {recent_max} and {safe} as in :data:`LEARNED`.
+START = {
+    lib.CP_ADAPT_STREAMING: (
+        "streaming: a buffer larger than {recent_max} does not stay in the cache even cleared "
+        "back to back, and ordinary stores would read it in first (where comparing decides "
+        "nothing, {safe})"),
+}
+
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
 #: reason; the fields come from :class:`Learned` and the learner's parameters.
 LEARNED = {
-    lib.CP_LEARNED_FIRST: "nothing compared yet: {safe}",
+    lib.CP_LEARNED_FIRST: "nothing compared yet: {start}",
     lib.CP_LEARNED_CACHED: (
         "cleared within the last {reuse} of clears and no larger than {recent_max}, so still "
         "in the cache: ordinary stores keep it there for the program, untimed (a clear now "
@@ -85,7 +94,10 @@ class Learned:
     learned: int
     """The learner's code for why (a key of :data:`LEARNED`)."""
     safe: int
-    """The role it runs before anything is known (a key of :data:`SAFE`)."""
+    """The role it runs where nothing is decisive (a key of :data:`SAFE`)."""
+    start: int
+    """The role it runs before anything is known: :attr:`safe`, or a key of
+    :data:`START`."""
     trigger: int
     """What started the latest comparison (a key of :data:`TRIGGER`)."""
     gbps: dict[str, float]
@@ -111,9 +123,16 @@ class Learned:
     def reason(self, reuse: int, recent_max: int) -> str:
         """Why it runs :attr:`method` (the reason table :data:`LEARNED`)."""
         return LEARNED[self.learned].format(
-            safe=SAFE[self.safe], pairs=self.pairs, wins=self.wins,
+            safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs, wins=self.wins,
             losses=self.pairs - self.wins, ratio=self.ratio, reuse=format_size(reuse),
             recent_max=format_size(recent_max))
+
+    def start_reason(self, recent_max: int) -> str:
+        """Why it runs :attr:`start` before anything is known."""
+        if self.start == self.safe:
+            return SAFE[self.safe]
+        return START[self.start].format(recent_max=format_size(recent_max),
+                                        safe=SAFE[self.safe])
 
     def sentence(self, reuse: int, recent_max: int) -> str:
         speeds = ", ".join("%s %.1f GB/s" % (name, g) for name, g in self.gbps.items())
@@ -253,7 +272,7 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
         cost = {names[a]: st.cost_ns_per_byte[a] * 1024 for a in (0, 1)
                 if st.cost_ns_per_byte[a] > 0}
         out.append(Learned(size_class, ctx, names[st.role], int(st.learned), int(st.safe),
-                           int(st.trigger), gbps, cost, int(st.pairs), int(st.wins),
+                           int(st.start), int(st.trigger), gbps, cost, int(st.pairs), int(st.wins),
                            float(st.ratio),
                            int(st.calls), int(st.timed), int(st.comparisons),
                            int(st.switches)))
@@ -303,10 +322,11 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
             "no larger than %s gets %s untimed, one larger than %s gets %s untimed; any "
             "other single clear of %s-%s runs a safe routine (%s; %s for a buffer not cleared "
             "lately and larger than %s) unless timing it against the program's next clear "
-            "says the other costs decisively less"
+            "says the other costs decisively less, and starts on %s where it was cleared "
+            "lately and is larger than %s"
             % (band, format_size(reuse), format_size(small), t, format_size(reuse), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,
-               format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR)))
+               format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))
     if not got:
         return head + "; nothing learned yet"
     return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)

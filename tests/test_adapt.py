@@ -295,17 +295,76 @@ def test_a_buffer_below_check_min_is_never_checked(learner):
 
 
 def test_recent_max_is_a_size_not_a_class(learner):
-    """recent_max 8 MiB: a recent buffer of 8 MiB is untimed; one of 8 MiB +
-    64 KiB, in the same size class, is timed (a recent buffer that large may
-    have left the cache), after its first 16 calls."""
+    """recent_max 8 MiB: a recent buffer of 8 MiB is untimed, on ordinary
+    stores; one of 8 MiB + 64 KiB, in the same size class, does not stay in
+    the cache: it starts on streaming (ordinary stores stay its safe role),
+    and is timed after its first 16 calls."""
     learner(recent_max=8 * MiB)
     for n, timed in ((8 * MiB - 4096, False), (8 * MiB, False), (8 * MiB + 64 * KiB, True)):
-        for _ in range(17):     # other, then the recent context's first calls
-            lib.cp_adapt_choose(n, ffi.cast("void *", HOT + n))
+        lib.cp_adapt_choose(n, ffi.cast("void *", HOT + n))     # the other context
+        first = [lib.cp_adapt_choose(n, ffi.cast("void *", HOT + n)) for _ in range(16)]
+        assert {context(t) for t in first} == {RECENT} and all(map(untimed, first))
+        assert {role(t) for t in first} == {S if timed else T}, n
         ticket = lib.cp_adapt_choose(n, ffi.cast("void *", HOT + n))
         assert context(ticket) == RECENT
         assert untimed(ticket) is not timed, n
-        assert role(ticket) == T
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.start == (S if timed else T) and st.safe == T
+
+
+@pytest.mark.parametrize("n", [12 * MiB, 24 * MiB])
+def test_a_recent_buffer_above_recent_max_starts_streaming_and_keeps_it_out_of_the_cache(
+        learner, n):
+    """A buffer cleared back to back but larger than recent_max, which its
+    ordinary-store clears find out of the cache (cold cost): it starts on
+    streaming, its first 16 calls untimed, and the comparison from there
+    finds streaming decisively cheaper; ordinary stores run only in the
+    comparison's blocks.  info and plan() say why it started there."""
+    learner()
+    prog = Program(seed=7)
+    prog.loop(n, 10, cost=COLD)
+    said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(n.bit_length() - 1)
+            if x.context == RECENT]
+    assert len(said) == 1, said
+    assert "nothing compared yet: streaming: a buffer larger than 8 MiB does not stay in " \
+        "the cache" in said[0], said
+    prog.loop(n, 290, cost=COLD)
+    assert prog.roles[1:17] == [S] * 16 and all(map(untimed, prog.tickets[1:17]))
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.start == S and st.safe == T
+    assert st.role == S and st.learned == lib.CP_LEARNED_STREAMING
+    assert prog.share(T) <= 0.15
+
+
+def test_a_recent_buffer_above_recent_max_used_next_moves_to_ordinary_stores(learner):
+    """The same buffer where the program reads it right after the clear,
+    which costs two clears more after a streaming one: the comparison after
+    the first 16 calls moves it to ordinary stores."""
+    learner()
+    n = 12 * MiB
+    prog = Program(seed=8)
+    prog.loop(n, 400, cost=COLD, use=(0.0, 2 * n * COLD[T]))
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.start == S and st.role == T and st.learned == lib.CP_LEARNED_TEMPORAL
+    assert prog.share(T, 150) == 1.0
+    assert prog.spent <= prog.memset * 1.15
+
+
+def test_a_recent_buffer_above_recent_max_in_noise_falls_back_on_ordinary_stores(learner):
+    """Started on streaming, but the roles within a few percent of each
+    other in work far noisier than the clear: the comparison decides
+    nothing, and ordinary stores, which cannot lose much against memset,
+    take over (or hold, in the next comparison), in every one of 5
+    programs."""
+    learner()
+    n = 12 * MiB
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed, jitter=20 * n * COLD[T])
+        prog.loop(n, 600, cost=(COLD[T], COLD[T] * 0.97))
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.start == S and st.role == T and st.learned != lib.CP_LEARNED_STREAMING, seed
+        assert prog.share(T, 100) >= 0.9, seed      # the recheck's pairs besides
 
 
 @pytest.mark.parametrize("n", [32 * MiB + 64 * KiB, 100 * MiB])
@@ -388,11 +447,13 @@ def test_a_warm_buffer_above_recent_max_is_compared_in_blocks(learner, gain):
     in a row and only the block's last is a sample: two of streaming, and
     of ordinary stores three (two without refill_gain), no more where the
     buffer is as warm on the third as on the second.  Warm, ordinary
-    stores win (a streaming clear evicts it)."""
+    stores win (a streaming clear evicts it), though the first 16 calls ran
+    streaming, the safe role above recent_max."""
     learner(refill_gain=gain)
     prog = Program()
     n = 16 * MiB
     prog.loop(n, 200)
+    assert prog.roles[1:17] == [S] * 16
     pairs = 4                   # the fewest a comparison decides on
     comparing = [t for t in prog.tickets[1:] if not untimed(t)][:pairs * (5 if gain else 4)]
     blocks = blocks_of(comparing)

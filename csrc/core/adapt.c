@@ -102,8 +102,9 @@ struct role_state {
 struct ctx_state {
     int init;
     int role;                   /* the role settled on (while comparing: the one before) */
-    int safe;                   /* the role before anything is known, and where nothing is
-                                   decisive */
+    int safe;                   /* the role where nothing is decisive */
+    int start;                  /* the role before anything is known: the safe one, or
+                                   streaming for a recent buffer above recent_max */
     int learned, trigger;           /* CP_LEARNED_*, CP_ADAPT_BY_* */
     int comparing;
     /* The comparison. */
@@ -590,7 +591,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
             s->init = 1;
-            s->role = s->safe = role;
+            s->role = s->safe = s->start = role;
             s->learned = learned;
         }
         uint32_t run = gap ? LOAD(s->check_left) : FAST_RUN;
@@ -650,24 +651,41 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->comparisons++;
 }
 
-/* The role a context runs before anything is known, and wherever the
- * evidence is not decisive: ordinary stores, as memset, for anything that
- * may be in the cache; streaming for a buffer not cleared lately and larger
- * than a quarter of the reuse window (the last-level cache), too large for
- * ordinary stores to pay for reading it in, where memset itself streams or
- * is outrun 2-3x.  (Read without the lock by a call that finds the learner
- * busy.) */
+/* The role a context falls back on wherever the evidence is not decisive:
+ * ordinary stores, as memset, for anything that may be in the cache;
+ * streaming for a buffer not cleared lately and larger than a quarter of
+ * the reuse window (the last-level cache), too large for ordinary stores
+ * to pay for reading it in, where memset itself streams or is outrun
+ * 2-3x.  (Read without the lock by a call that finds the learner busy.) */
 static int safe_role(size_t n, int ctx)
 {
     size_t most = LOAD(params.reuse_bytes) / CP_ADAPT_OTHER_DIVISOR;
     return !ctx && most && n > most ? CP_ADAPT_STREAMING : CP_ADAPT_TEMPORAL;
 }
 
+/* The role a context runs before anything is known: the safe one, but
+ * streaming for a recent buffer larger than recent_max (the CPU's static
+ * streaming threshold, at most half the cache), which does not stay in the
+ * cache even cleared back to back.  The machine profiles clear one twice
+ * that size back to back 1.1-3x faster streamed (Zen 3, Zen 4, Emerald
+ * Rapids guests); on the Zen 4 guest (L3 32 MiB) streaming ran 65 of 75
+ * phases of generated programs (three seeds) with a recent 16-32 MiB
+ * buffer faster than ordinary stores did, 1.3-1.6x at each seed's
+ * geometric mean.  It lost the rest by up to 0.7x, to programs that write
+ * into the buffer next, so ordinary stores stay the safe role: they need
+ * less evidence, and hold where there is none. */
+static int start_role(size_t n, int ctx)
+{
+    size_t most = LOAD(recent_most);
+    return ctx && most && n > most ? CP_ADAPT_STREAMING : safe_role(n, ctx);
+}
+
 static void init_context(struct ctx_state *s, size_t n, int ctx)
 {
     s->init = 1;
     s->safe = safe_role(n, ctx);
-    s->role = s->safe;
+    s->start = start_role(n, ctx);
+    s->role = s->start;
     s->learned = CP_LEARNED_FIRST;
     /* A recent buffer is the one the last role left in or out of the cache,
      * so each role runs two calls in a row and the second is its sample:
@@ -712,7 +730,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
         /* Another thread is choosing: the role this context runs (the safe
          * one before anything is known), untimed; not the static choice,
          * which knows nothing of the buffer's history. */
-        int role = LOAD(s->init) ? LOAD(s->role) : safe_role(n, ctx);
+        int role = LOAD(s->init) ? LOAD(s->role) : start_role(n, ctx);
         return ticket_of(cls, ctx, role, 0) | CP_ADAPT_UNTIMED;
     }
     if (!enabled || n < params.lo || n >= params.hi) {  /* changed meanwhile */
@@ -731,7 +749,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     s->calls++;
     s->since++;
     int ticket;
-    int likely = ctx || s->safe == CP_ADAPT_STREAMING;
+    int likely = ctx || s->start == CP_ADAPT_STREAMING;
     if (s->learned == CP_LEARNED_FIRST && s->calls <= (likely ? FIRST_LIKELY : 1)) {
         /* The context's first calls: the safe role.  Where it is likely
          * right (a recent buffer, probably in the cache; a large one not
@@ -739,7 +757,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
          * likely to find, and is left to a buffer cleared again and again;
          * comparing on a recent buffer costs more than either role besides
          * (each role's first call finds it as the other left it). */
-        ticket = ticket_of(cls, ctx, s->safe, 0) | CP_ADAPT_UNTIMED;
+        ticket = ticket_of(cls, ctx, s->start, 0) | CP_ADAPT_UNTIMED;
     } else {
         if (s->learned == CP_LEARNED_FIRST)
             start_comparison(s, CP_ADAPT_BY_START);
@@ -1140,6 +1158,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         memset(out, 0, sizeof *out);
         out->role = s->role;
         out->safe = s->safe;
+        out->start = s->start;
         out->learned = s->learned;
         out->trigger = s->trigger;
         for (int i = 0; i < 2; i++) {

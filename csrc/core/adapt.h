@@ -22,7 +22,9 @@
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
  * buffer that may be in the cache; streaming for one not cleared lately and
  * larger than a quarter of reuse_bytes, which is not in the cache and too
- * large for ordinary stores to pay for reading it in.  The other role is chosen only
+ * large for ordinary stores to pay for reading it in.  A recent buffer
+ * larger than recent_max, which does not stay in the cache, starts on
+ * streaming, and falls back on ordinary stores.  The other role is chosen only
  * on decisive evidence, by paired comparison: the two roles run in pairs
  * of blocks of calls, the order of the two blocks drawn at random for each
  * pair, so that drift and the program's noisy work land on both alike; a
@@ -137,8 +139,8 @@ struct cp_adapt_params {
 struct cp_adapt_stat {
     int role;                   /* the role settled on (while comparing: the one before) */
     int learned;                /* CP_LEARNED_*: why that role */
-    int safe;                   /* the role it runs before anything is known and where
-                                   nothing is decisive */
+    int safe;                   /* the role it runs where nothing is decisive */
+    int start;                  /* the role it runs before anything is known */
     int trigger;                /* CP_ADAPT_BY_*: what started the latest comparison */
     double clear_ns_per_byte[2];    /* the clear alone, median of the latest; 0: none */
     double cost_ns_per_byte[2];     /* the clear and the program's time until the next
