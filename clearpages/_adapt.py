@@ -123,9 +123,9 @@ class Learned:
     def reason(self, reuse: int, recent_max: int) -> str:
         """Why it runs :attr:`method` (the reason table :data:`LEARNED`)."""
         return LEARNED[self.learned].format(
-            safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs, wins=self.wins,
-            losses=self.pairs - self.wins, ratio=self.ratio, reuse=format_size(reuse),
-            recent_max=format_size(recent_max))
+            safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
+            wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
+            reuse=format_size(reuse), recent_max=format_size(recent_max))
 
     def start_reason(self, recent_max: int) -> str:
         """Why it runs :attr:`start` before anything is known."""
