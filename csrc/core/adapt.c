@@ -727,8 +727,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
                                                    struct ctx_state *s, int closing)
 {
     if (pthread_mutex_trylock(&lock) != 0) {
-        /* Another thread is choosing: the role this context runs (the safe
-         * one before anything is known), untimed; not the static choice,
+        /* Another thread is choosing: the role this context runs (its start
+         * role before anything is known), untimed; not the static choice,
          * which knows nothing of the buffer's history. */
         int role = LOAD(s->init) ? LOAD(s->role) : start_role(n, ctx);
         return ticket_of(cls, ctx, role, 0) | CP_ADAPT_UNTIMED;
@@ -751,9 +751,10 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     int ticket;
     int likely = ctx || s->start == CP_ADAPT_STREAMING;
     if (s->learned == CP_LEARNED_FIRST && s->calls <= (likely ? FIRST_LIKELY : 1)) {
-        /* The context's first calls: the safe role.  Where it is likely
-         * right (a recent buffer, probably in the cache; a large one not
-         * cleared lately, which is not), comparing costs more than it is
+        /* The context's first calls: the start role.  Where it is likely
+         * right (a recent buffer, probably in the cache, or above
+         * recent_max too large to stay there; a large one not cleared
+         * lately, which is not in it), comparing costs more than it is
          * likely to find, and is left to a buffer cleared again and again;
          * comparing on a recent buffer costs more than either role besides
          * (each role's first call finds it as the other left it). */
