@@ -448,7 +448,7 @@ def test_a_warm_buffer_above_recent_max_is_compared_in_blocks(learner, gain):
     of ordinary stores three (two without refill_gain), no more where the
     buffer is as warm on the third as on the second.  Warm, ordinary
     stores win (a streaming clear evicts it), though the first 16 calls ran
-    streaming, the safe role above recent_max."""
+    streaming, the start role above recent_max."""
     learner(refill_gain=gain)
     prog = Program()
     n = 16 * MiB
