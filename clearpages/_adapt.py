@@ -5,7 +5,7 @@ clear with ``method="auto"`` asks the learner which store to use.  Per size
 class (powers of two) and context (a buffer cleared within the last
 last-level cache's worth of clears, "recent", or not, "other"), the learner
 runs ordinary stores for a recent buffer small enough to be in the cache,
-and streaming stores for a buffer larger than the cache, untimed;
+and streaming stores for a buffer as large as the cache or larger, untimed;
 everything else starts on a safe role and is timed by paired comparison of
 the two routines, counting the clear and what the program did until the
 thread's next clear, and the other role takes over only where it won
@@ -68,8 +68,9 @@ LEARNED = {
         "no decisive difference in {pairs} pairs (streaming {ratio:.2f}x at the median, "
         "within the noise): {safe}"),
     lib.CP_LEARNED_LARGE: (
-        "larger than {reuse}, the last-level cache: never all in it, however recently "
-        "cleared, and ordinary stores would keep only its tail there, so streaming, untimed"),
+        "{reuse} or larger, the size of the last-level cache: never all in it, however "
+        "recently cleared (it holds the program's other data too), and ordinary stores would "
+        "keep only its tail there, so streaming, untimed"),
 }
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).

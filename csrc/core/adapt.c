@@ -548,7 +548,7 @@ static int choose(size_t n, const void *addr)
     if (ctx && n <= LOAD(recent_most) && !LOAD(s->evicted))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
-    if (n > LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
+    if (n >= LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
     uint32_t quiet = LOAD(s->quiet_left);
@@ -563,10 +563,11 @@ static int choose(size_t n, const void *addr)
 
 /* What the size and the buffer's history tell without a clock, untimed: a
  * recent buffer up to recent_max is in the cache, so ordinary stores, which
- * keep it there for the program (CP_LEARNED_CACHED); a buffer larger than
- * the reuse window (the last-level cache) is never all in it, however
- * recently cleared, and ordinary stores would keep no more than its tail
- * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the
+ * keep it there for the program (CP_LEARNED_CACHED); a buffer as large as
+ * the reuse window (the last-level cache) or larger is never all in it,
+ * however recently cleared (the cache holds the program's other data too),
+ * and ordinary stores would keep no more than its tail there, so streaming
+ * (CP_LEARNED_LARGE).  Counted without the lock; the
  * lock only to note the context once and, for a buffer cleared again back
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,

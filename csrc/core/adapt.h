@@ -7,9 +7,9 @@
  * clock: "recent" when it was cleared within the last reuse_bytes of band
  * clears (a last-level cache's worth), "other" when not.  A recent buffer
  * up to recent_max is in the cache, and ordinary stores keep it there for
- * the program; a buffer larger than reuse_bytes never is, and ordinary
- * stores would keep only its tail there, so it streams: neither needs a
- * clock.  Everything else is timed, because what decides it is what the
+ * the program; a buffer as large as reuse_bytes or larger never is (the
+ * cache holds the program's other data too), and ordinary stores would
+ * keep only its tail there, so it streams: neither needs a clock.  Everything else is timed, because what decides it is what the
  * program does after the clear: a buffer read next wants ordinary stores
  * even where streaming clears it faster.  The first rule is checked: now
  * and then the clear of such a buffer is timed alone, and where it cost
@@ -42,7 +42,7 @@
  * and hands both to cp_adapt_record_span(n, ticket, start, end).  A
  * negative ticket means "not mine": run the static choice, record nothing.
  * Outside the band that is one comparison and no lock; the recent buffers
- * up to recent_max, the buffers larger than reuse_bytes and a settled
+ * up to recent_max, the buffers of reuse_bytes and more and a settled
  * context's untimed calls take no lock either; the timed calls a try-lock, never a wait: a call that finds the
  * learner busy gets the static choice.
  *
@@ -88,7 +88,7 @@ enum {
                                    the safe role) */
     CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less (likewise) */
     CP_LEARNED_EVEN = 6,        /* no decisive difference: the safe role */
-    CP_LEARNED_LARGE = 7,       /* larger than reuse_bytes: never all in the cache,
+    CP_LEARNED_LARGE = 7,       /* reuse_bytes or larger: never all in the cache,
                                    streaming, untimed */
     /* The span clock (cp_adapt_params' span_clock). */
     CP_ADAPT_SPAN_CALLER = 0,   /* the start_ns each call hands to record_span */
