@@ -320,7 +320,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     got = learned(size_class, d.roles)
     reuse, small = reuse_bytes(th), recent_max()
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
-            "no larger than %s gets %s untimed, one larger than %s gets %s untimed; any "
+            "no larger than %s gets %s untimed, one of %s or larger gets %s untimed; any "
             "other single clear of %s-%s runs a safe routine (%s; %s for a buffer not cleared "
             "lately and larger than %s) unless timing it against the program's next clear "
             "says the other costs decisively less, and starts on %s where it was cleared "
