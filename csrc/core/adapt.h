@@ -9,9 +9,10 @@
  * up to recent_max is in the cache, and ordinary stores keep it there for
  * the program; a buffer as large as reuse_bytes or larger never is (the
  * cache holds the program's other data too), and ordinary stores would
- * keep only its tail there, so it streams: neither needs a clock.  Everything else is timed, because what decides it is what the
- * program does after the clear: a buffer read next wants ordinary stores
- * even where streaming clears it faster.  The first rule is checked: now
+ * keep only its tail there, so it streams: neither needs a clock.
+ * Everything else is timed, because what decides it is what the program
+ * does after the clear: a buffer read next wants ordinary stores even
+ * where streaming clears it faster.  The first rule is checked: now
  * and then the clear of such a buffer is timed alone, and where it cost
  * more than a streaming clear does (stream_ns_per_byte, measured) in 2 of 3
  * checks, the buffer was not in the cache after all (the program's other
@@ -43,8 +44,9 @@
  * negative ticket means "not mine": run the static choice, record nothing.
  * Outside the band that is one comparison and no lock; the recent buffers
  * up to recent_max, the buffers of reuse_bytes and more and a settled
- * context's untimed calls take no lock either; the timed calls a try-lock, never a wait: a call that finds the
- * learner busy gets the static choice.
+ * context's untimed calls take no lock either; the timed calls a
+ * try-lock, never a wait: a call that finds the learner busy gets the
+ * static choice.
  *
  * The learning is a pure function of the (n, addr, times) sequence and
  * the seed, so tests drive choose/record_span with synthetic times.
