@@ -209,7 +209,8 @@ HOT_OTHER_L3_DIVISOR = 4
 #: On AMD before Zen 4 with ERMS, rep stosb switches to streaming stores by
 #: itself for very long lengths and then beats the vector streaming stores;
 #: only where each piece is that long (the microcode sees one extent).  On
-#: Zen 4 the vector streaming stores stay ahead at every length.
+#: Zen 4 the vector streaming stores stay ahead at every length; on Zen 5
+#: the two tie.
 #: The figures: docs/results.md, "The measurements behind the code's numbers".
 LONG_REP_STOSB_L3_FACTOR = 16
 
@@ -220,8 +221,9 @@ ZEN4_MODELS = ((0x10, 0x1F), (0x60, 0x7F), (0xA0, 0xAF))
 
 def long_rep_stosb(cpu: CPU) -> bool:
     """Does rep stosb beat the vector streaming stores on long extents here?
-    AMD before Zen 4, where it was measured (Zen 3); not Zen 4 (measured),
-    nor what comes after it (unmeasured: the vector stores, as elsewhere)."""
+    AMD before Zen 4, where it was measured (Zen 3); not Zen 4 (measured:
+    the vector stores lead), nor Zen 5 (measured: a tie), nor what comes
+    after (unmeasured: the vector stores, as elsewhere)."""
     if not cpu.is_amd or cpu.family > 0x19:
         return False
     return cpu.family < 0x19 or not any(lo <= cpu.model <= hi for lo, hi in ZEN4_MODELS)
@@ -291,8 +293,8 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
     if not long:
         why.append(("long", "none: the streaming routine at every length"))
         why.append(("long_min", "never: no routine beats %s on long extents here%s" % (
-            streaming, " (Zen 4 and later: rep stosb 0.89 of it at 512 MiB-1 GiB, measured "
-            "on Zen 4)" if cpu.is_amd and "erms" in cpu.features else "")))
+            streaming, " (Zen 4 and later: rep stosb 0.89 of it at 512 MiB-1 GiB on Zen 4, "
+            "0.96-1.00 on Zen 5)" if cpu.is_amd and "erms" in cpu.features else "")))
     nt_min, nt_why = _nt_min(cpu)
     why.append(("nt_min", nt_why))
     if cpu.last_cache:
