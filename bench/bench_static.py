@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def pick(name: str) -> phased.Candidate:
         return candidate(name, statics[name]) if name in statics else phased.candidate(name)
-    fixed = [n for n in phased.candidate_names(quick=True)
-             if n not in phased.AUTOS and n != phased.WORK_ONLY]
+    fixed = phased.fixed_names(phased.candidate_names(quick=True))
     names = list(statics) + fixed
     programs = generated.corpus(seed, a.programs, l3)
     print("%s; static thresholds side by side: --programs %d --seed %d --rounds %d; "

@@ -128,7 +128,7 @@ def test_the_hand_written_cases():
 
 def _result(times: dict[str, list[list[float]]], phases: int = 2) -> phased.ProgramResult:
     prog = G.Program("t", (4096,), tuple(G.Phase(G.ONE, 50, (0,)) for _ in range(phases)))
-    fixed = [n for n in times if n not in phased.AUTOS and n != phased.WORK_ONLY]
+    fixed = phased.fixed_names(list(times))
     return phased.ProgramResult(prog, times, fixed)
 
 
@@ -179,6 +179,30 @@ def test_goals_over_programs():
     assert g.p10.ratio == pytest.approx(0.6) and g.p10.outcome == measure.MISS
     assert phased.percentile([1, 2, 3, 4, 5], 0.5) == 3
     assert phased.percentile([], 0.5) != phased.percentile([], 0.5)     # nan
+
+
+def test_the_twin_measures_the_runs_own_noise():
+    """numpy.fill timed twice is judged against itself by the rules auto is
+    judged by, and is a choice of neither the oracle nor the best."""
+    same = _result({"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5,
+                    "numpy.fill": [[1.0, 1.0]] * 5, phased.TWIN: [[1.0, 1.0]] * 5})
+    slow = _result({"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5,
+                    "numpy.fill": [[1.0, 1.0]] * 5, phased.TWIN: [[1.25, 1.25]] * 5})
+    assert phased.TWIN not in same.fixed and same.fixed == ["a", "numpy.fill"]
+    # faster than everything, the twin still is not the oracle
+    fast = _result({"auto": [[1.0, 1.0]] * 5, "numpy.fill": [[1.0, 1.0]] * 5,
+                    phased.TWIN: [[0.5, 0.5]] * 5})
+    assert fast.reference(phased.ORACLE) == [2.0] * 5
+    g = phased.noise([same, same, slow])
+    assert g is not None and g.name == phased.TWIN
+    (every,) = g.rivals
+    assert every.ref == "numpy.fill" and every.count(measure.MISS) == 1
+    assert every.worst()[1].ratio == pytest.approx(0.8)
+    assert g.median.ratio == pytest.approx(1.0) and g.median.outcome == measure.OK
+    assert g.p10.ratio == pytest.approx(0.84) and g.p10.outcome == measure.MISS
+    assert phased.noise([_result({"auto": [[1.0, 1.0]] * 5, "numpy.fill": [[1.0, 1.0]] * 5})]) \
+        is None
+    assert phased.TWIN in phased.candidate_names() and phased.TWIN in phased.candidate_names(True)
 
 
 def test_size_bands_and_use_bands():
@@ -260,6 +284,8 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
     phased.report_generated(again, buf)
     assert max(len(line) for line in buf.getvalue().splitlines()) <= 80
     assert "phases where auto does worst" in buf.getvalue()
+    assert "the run's own noise" in buf.getvalue() and phased.TWIN in buf.getvalue()
+    assert data["goals"]["noise"]["name"] == phased.TWIN
 
 
 def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):

@@ -687,8 +687,10 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                    help="with --programs: N programs drawn from --seed (sizes, phases, "
                         "places, work between clears, other code's clears, two threads), "
                         "each timed whole with every candidate; auto judged against "
-                        "numpy.fill, ctypes.memset and the best fixed choice per phase.  "
-                        "About 10 s a program (14 candidates, 5 rounds; --quick: 9 and 4)")
+                        "numpy.fill, ctypes.memset and the best fixed choice per phase, "
+                        "beside what numpy.fill timed twice scores against itself (the "
+                        "run's own noise).  About 11 s a program (15 candidates, 5 "
+                        "rounds; --quick: 10 and 4)")
     b.add_argument("--seed", type=_seed_arg, metavar="S",
                    help="the seed --generated draws from (default: drawn at run time and "
                         "printed, so that the run can be replayed)")

@@ -55,6 +55,12 @@ CARRIED = "auto carried"
 STATIC = "auto static"
 WORK_ONLY = "work only"
 AUTOS = (AUTO, CARRIED, STATIC)
+TWIN = "numpy.fill again"
+"""numpy.fill once more, as a candidate of its own: two candidates running
+identical code, whose ratio is what this run's noise alone does to a
+verdict (printed beside the goals; in neither the oracle nor the best)."""
+NOT_FIXED = AUTOS + (TWIN, WORK_ONLY)
+"""The candidates that are not a fixed choice of routine."""
 
 ORACLE = "the per-phase oracle"
 ROLES_ORACLE = "the roles' per-phase oracle"
@@ -93,12 +99,12 @@ def candidate_names(quick: bool = False) -> list[str]:
                     if m in usable]
     else:
         routines = list(usable)
-    return list(AUTOS) + routines + list(RIVALS) + [WORK_ONLY]
+    return list(AUTOS) + routines + list(RIVALS) + [TWIN, WORK_ONLY]
 
 
 def fixed_names(names: Sequence[str]) -> list[str]:
     """The fixed choices among names: what the oracle and 'best' pick from."""
-    return [n for n in names if n not in AUTOS and n != WORK_ONLY]
+    return [n for n in names if n not in NOT_FIXED]
 
 
 # ---- memory -------------------------------------------------------------------
@@ -441,6 +447,8 @@ def candidate(name: str) -> Candidate:
         return Candidate(name, clearer(AUTO), before=off, after=back)
     if name == WORK_ONLY:
         return Candidate(name, None)
+    if name == TWIN:
+        return Candidate(name, clearer(_measure.NUMPY_FILL))
     return Candidate(name, clearer(name))
 
 
@@ -728,6 +736,20 @@ def goals(results: Sequence[ProgramResult], name: str = AUTO) -> Goals:
                                "10th percentile over programs"))
 
 
+def noise(results: Sequence[ProgramResult]) -> Goals | None:
+    """What this run's noise alone does to the goals: the twin (TWIN)
+    judged against numpy.fill, which runs identical code, by the rules auto
+    is judged by (every program, the median and the 10th percentile over
+    programs); None where the run has no twin."""
+    if not results or not {TWIN, _measure.NUMPY_FILL} <= set(results[0].times):
+        return None
+    ref = _measure.NUMPY_FILL
+    return Goals(TWIN, [every_program(results, TWIN, ref, GOAL_RIVAL)],
+                 over_programs(results, TWIN, ref, 0.5, GOAL_MEDIAN, "median over programs"),
+                 over_programs(results, TWIN, ref, 0.1, GOAL_P10,
+                               "10th percentile over programs"))
+
+
 # ---- where auto loses ------------------------------------------------------------
 
 
@@ -917,7 +939,8 @@ def _goal_lines(g: Goals, out: Any) -> None:
 def report_generated(results: Sequence[ProgramResult], out: Any,
                      worst: int = 12) -> dict[str, Goals]:
     """The goals over generated programs, where auto loses, the worst
-    programs; returns the goals judged (auto and the static default)."""
+    programs; returns the goals judged (auto and the static default) and,
+    under "noise", what identical code scores by them (see noise())."""
     if not results:
         return {}
     judged = {name: goals(results, name) for name in (AUTO, STATIC)
@@ -929,6 +952,14 @@ def report_generated(results: Sequence[ProgramResult], out: Any,
               STATIC: "the same goals, auto static (adaptation off, as "
                       "CLEARPAGES_ADAPT=0 runs):"}[name], out)
         _goal_lines(g, out)
+    twin = noise(results)
+    if twin is not None:
+        judged["noise"] = twin
+        print(file=out)
+        _say("the run's own noise: numpy.fill timed twice, as two candidates running "
+             "identical code, judged by the same rules (where auto falls short by no more "
+             "than this, the noise of the run decides the verdict, not the choice):", out)
+        _goal_lines(twin, out)
     print(file=out)
     _say("figures without a goal, medians over programs of the median over rounds:", out)
     rows = []
