@@ -42,8 +42,8 @@ SAFE = {
 START = {
     lib.CP_ADAPT_STREAMING: (
         "streaming: a buffer larger than {recent_max} does not stay in the cache even cleared "
-        "back to back, and ordinary stores would read it in first (where comparing decides "
-        "nothing, {safe})"),
+        "back to back, unless its checks find it there, and ordinary stores would read it in "
+        "first (where comparing decides nothing, {safe})"),
 }
 
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
@@ -72,6 +72,14 @@ LEARNED = {
         "recently cleared (it holds the program's other data too), and ordinary stores would "
         "keep only its tail there, so streaming, untimed"),
 }
+
+#: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as
+#: cached while its checks find it in the cache (held_max).
+HELD = (
+    "cleared within the last {reuse} of clears, and its clears, timed alone now and then, "
+    "cost no more than a streaming clear: in the cache here, although larger than "
+    "{recent_max}, so ordinary stores keep it there for the program, untimed (a check that "
+    "finds it slower hands it to a comparison)")
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
@@ -122,8 +130,10 @@ class Learned:
                           format_size(2 << self.size_class))
 
     def reason(self, reuse: int, recent_max: int) -> str:
-        """Why it runs :attr:`method` (the reason table :data:`LEARNED`)."""
-        return LEARNED[self.learned].format(
+        """Why it runs :attr:`method` (the reason table :data:`LEARNED`;
+        :data:`HELD` for a cached class above recent_max)."""
+        held = self.learned == lib.CP_LEARNED_CACHED and (1 << self.size_class) >= recent_max
+        return (HELD if held else LEARNED[self.learned]).format(
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max))
@@ -161,7 +171,10 @@ def reuse_bytes(th: Thresholds) -> int:
 #: 16 MiB buffer cleared back to back, 0.22 against 0.29 ms a clear, and
 #: 2-5x where the program uses it; on a Zen 3 guest with a 32 MiB L3 they
 #: still won at 8 MiB, 1.9x, and lost at 16 MiB, 0.35x: 16 of its 512 KiB
-#: L2s); a comparison may take twice its worth of clears (or 64 calls),
+#: L2s), and a larger one below the window is held so while its checks,
+#: strict, find it there (where a program keeps it in the cache is the
+#: machine's: a Zen 5 guest did at 16-31 MiB, a Zen 4 guest mostly did
+#: not); a comparison may take twice its worth of clears (or 64 calls),
 #: what following a change may take, before it falls back to the temporal
 #: role; a settled context times a pair
 #: of calls every quarter of it (three pairs see a change) and is compared
@@ -226,6 +239,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         p.reuse_bytes = reuse
         half = reuse // RECENT_MAX_DIVISOR
         p.recent_max = min(recent, half) if recent else half // 2
+        p.held_max = reuse - 1
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
@@ -320,11 +334,13 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     got = learned(size_class, d.roles)
     reuse, small = reuse_bytes(th), recent_max()
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
-            "no larger than %s gets %s untimed, one of %s or larger gets %s untimed; any "
-            "other single clear of %s-%s runs a safe routine (%s; %s for a buffer not cleared "
-            "lately and larger than %s) unless timing it against the program's next clear "
-            "says the other costs decisively less, and starts on %s where it was cleared "
-            "lately and is larger than %s"
+            "no larger than %s gets %s untimed (a larger one too, while its clears, timed "
+            "alone now and then, cost no more than a streaming clear), one of %s or larger "
+            "gets %s untimed; any other single clear of %s-%s runs a safe routine (%s; %s for "
+            "a buffer not cleared lately and larger than %s) unless timing it against the "
+            "program's next clear says the other costs decisively less, and starts on %s "
+            "where it was cleared lately, is larger than %s and its checks found it out of "
+            "the cache"
             % (band, format_size(reuse), format_size(small), t, format_size(reuse), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,
                format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))

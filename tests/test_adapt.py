@@ -367,6 +367,60 @@ def test_a_recent_buffer_above_recent_max_in_noise_falls_back_on_ordinary_stores
         assert prog.share(T, 100) >= 0.9, seed      # the recheck's pairs besides
 
 
+def held(learner, **kw):
+    """Checked, and a recent buffer above recent_max (8 MiB) held as cached
+    up to the reuse window while its checks find it in the cache."""
+    return checked(learner, held_max=32 * MiB, **kw)
+
+
+@pytest.mark.parametrize("n", [12 * MiB, 24 * MiB, 32 * MiB - 64 * KiB])
+def test_a_recent_buffer_above_recent_max_that_stays_in_the_cache_is_held(learner, n):
+    """Above recent_max, on a machine that keeps it in the cache cleared back
+    to back: its checked ordinary-store clears cost less than streaming ones,
+    so it is held as cached from its first recent call: ordinary stores,
+    only the checks timed, never a comparison.  plan() says why."""
+    held(learner)
+    prog = Program()
+    prog.loop(n, 500, cost=WARM)
+    assert prog.roles[0] == S           # not recent yet, and above a quarter of the window
+    assert prog.roles[1:] == [T] * 499
+    assert all(is_check(t) for t in prog.tickets[1:] if not untimed(t))
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0
+    said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(n.bit_length() - 1)
+            if x.context == RECENT]
+    assert len(said) == 1 and "cost no more than a streaming clear" in said[0], said
+
+
+def test_a_held_buffer_is_checked_strictly_and_streams_where_that_wins(learner):
+    """Ordinary-store clears 1.1x a streaming one: within recent_max a buffer
+    in the cache for all that (the checks' margin, 1.25); held above it, not:
+    2 of 3 checks find it dearer, a comparison starts on streaming (the start
+    role above recent_max) and streaming wins it, within 64 calls."""
+    held(learner)
+    cost = (WARM[S] * 1.1, WARM[S])
+    Program(seed=5).loop(6 * MiB, 400, cost=cost)
+    st = stat(22, RECENT)
+    assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0
+    prog = Program(seed=6)
+    n = 24 * MiB
+    prog.loop(n, 400, cost=cost)
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.start == S and st.safe == T
+    assert st.learned == lib.CP_LEARNED_STREAMING
+    assert prog.settled_from(S) <= 64
+
+
+def test_a_buffer_is_held_only_where_checks_can_undo_it(learner):
+    """held_max without a streaming cost to check against: nothing is held,
+    a recent buffer above recent_max starts on streaming as before."""
+    learner(held_max=32 * MiB)
+    prog = Program()
+    prog.loop(24 * MiB, 40, cost=WARM)
+    assert prog.roles[1:17] == [S] * 16
+    assert stat(24, RECENT).learned != lib.CP_LEARNED_CACHED
+
+
 @pytest.mark.parametrize("n", [32 * MiB, 32 * MiB + 64 * KiB, 100 * MiB])
 def test_a_buffer_as_large_as_the_cache_streams_untimed(learner, n):
     """As large as the reuse window (the last-level cache) or larger: never
@@ -409,6 +463,7 @@ def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, rece
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_params(p)
     assert p.reuse_bytes == 32 * MiB and p.recent_max == want
+    assert p.held_max == 32 * MiB - 1           # held up to the window, while checked
     assert _adapt.recent_max() == want
     assert role(lib.cp_adapt_choose(12 * MiB, ffi.cast("void *", POOL))) == S
     assert role(lib.cp_adapt_choose(6 * MiB, ffi.cast("void *", POOL + 64 * MiB))) == T

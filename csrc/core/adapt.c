@@ -89,6 +89,12 @@ enum {
  * times a streaming clear (a cached buffer's ordinary-store clear costs
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
 #define CHECK_MARGIN 1.25
+/* ... and a held one's (above recent_max, up to held_max) when it costs
+ * more than a streaming clear at all: such a buffer is in the cache only
+ * where the cache holds more than half its size for one program, and where
+ * it is not, its ordinary-store clear costs 1.1-1.2 times a streaming one
+ * (the Zen 4 guest's profile at 16-32 MiB), which streaming then wins. */
+#define HELD_MARGIN 1.0
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -167,7 +173,7 @@ struct seen {
 /* Written under `lock`; the band is also read without it (relaxed atomics). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_adapt_params params;
-static size_t band_lo, band_hi, recent_most;
+static size_t band_lo, band_hi, recent_most, held_most;
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -293,6 +299,10 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
     enabled = 1;
     pair_ns = measure_pair_ns(params.span_clock);
     STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
+    /* Held: only where the checks can undo it, and below the reuse window. */
+    size_t held = params.held_max < params.reuse_bytes ? params.held_max
+                  : params.reuse_bytes - 1;
+    STORE(held_most, recent_most && params.check_bytes && held > recent_most ? held : 0);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
     pthread_mutex_unlock(&lock);
@@ -545,7 +555,7 @@ static int choose(size_t n, const void *addr)
     int ctx = is_recent(addr, n);
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
-    if (ctx && n <= LOAD(recent_most) && !LOAD(s->evicted))
+    if (ctx && (n <= LOAD(recent_most) || n <= LOAD(held_most)) && !LOAD(s->evicted))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
     if (n >= LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
@@ -667,14 +677,17 @@ static int safe_role(size_t n, int ctx)
 /* The role a context runs before anything is known: the safe one, but
  * streaming for a recent buffer larger than recent_max (the CPU's static
  * streaming threshold, at most half the cache), which does not stay in the
- * cache even cleared back to back.  The machine profiles clear one twice
+ * cache even cleared back to back (where held_max holds it as cached, this
+ * is the role its comparison starts on once its checks found it out).  The machine profiles clear one twice
  * that size back to back 1.1-3x faster streamed (Zen 3, Zen 4, Emerald
  * Rapids guests); on the Zen 4 guest (L3 32 MiB) streaming ran 65 of 75
  * phases of generated programs (three seeds) with a recent 16-32 MiB
  * buffer faster than ordinary stores did, 1.3-1.6x at each seed's
  * geometric mean.  It lost the rest by up to 0.7x, to programs that write
  * into the buffer next, so ordinary stores stay the safe role: they need
- * less evidence, and hold where there is none. */
+ * less evidence, and hold where there is none.  On a Zen 5 guest (L3 32
+ * MiB) ordinary stores won every such phase of a generated corpus: the
+ * checks tell the two machines apart (held_max). */
 static int start_role(size_t n, int ctx)
 {
     size_t most = LOAD(recent_most);
@@ -1089,8 +1102,9 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     struct ctx_state *s = &table[cls][ctx];
     if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
         double x = per_byte(start_ns, end_ns, n);
+        double margin = n <= params.recent_max ? CHECK_MARGIN : HELD_MARGIN;
         s->check_hist = (s->check_hist << 1
-                         | (x > CHECK_MARGIN * params.stream_ns_per_byte)) & 7;
+                         | (x > margin * params.stream_ns_per_byte)) & 7;
         if (__builtin_popcount(s->check_hist) >= 2) {
             drain_quiet(s);
             init_context(s, n, ctx);

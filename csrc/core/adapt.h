@@ -17,15 +17,18 @@
  * more than a streaming clear does (stream_ns_per_byte, measured) in 2 of 3
  * checks, the buffer was not in the cache after all (the program's other
  * buffers, its reads or a sleep emptied it), and its context is timed
- * from then on like any other.
+ * from then on like any other.  A recent buffer above recent_max and below
+ * reuse_bytes (up to held_max) is held so too, checked strictly (a clear
+ * that costs more than a streaming one at all counts against it): how much
+ * of the cache one program keeps is the machine's, and its neighbours'.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
  * buffer that may be in the cache; streaming for one not cleared lately and
  * larger than a quarter of reuse_bytes, which is not in the cache and too
  * large for ordinary stores to pay for reading it in.  A recent buffer
- * larger than recent_max, which does not stay in the cache, starts on
- * streaming, and falls back on ordinary stores.  The other role is chosen only
+ * larger than recent_max that its checks found out of the cache (or
+ * unchecked) starts on streaming, and falls back on ordinary stores.  The other role is chosen only
  * on decisive evidence, by paired comparison: the two roles run in pairs
  * of blocks of calls, the order of the two blocks drawn at random for each
  * pair, so that drift and the program's noisy work land on both alike; a
@@ -84,7 +87,8 @@ enum {
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
      * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
     CP_LEARNED_FIRST = 1,       /* nothing compared yet: the safe role */
-    CP_LEARNED_CACHED = 2,      /* recent and up to recent_max: in the cache, untimed */
+    CP_LEARNED_CACHED = 2,      /* recent and up to recent_max (or held_max, while
+                                   checked): in the cache, untimed */
     CP_LEARNED_COMPARING = 3,   /* a comparison is under way */
     CP_LEARNED_STREAMING = 4,   /* streaming cost less (decisively, where it is not
                                    the safe role) */
@@ -110,6 +114,10 @@ struct cp_adapt_params {
                                    band clears is recent (0: none is) */
     size_t recent_max;          /* a recent buffer of at most this many bytes takes
                                    the temporal role untimed (0: none) */
+    size_t held_max;            /* ... and one above recent_max, of at most this many
+                                   (and fewer than reuse_bytes), too, while its checks
+                                   find its ordinary-store clear no dearer than a
+                                   streaming one (0: none; needs the checks) */
     size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
