@@ -90,10 +90,10 @@ enum {
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
 #define CHECK_MARGIN 1.25
 /* ... and a held one's (above recent_max, up to held_max) when it costs
- * more than a streaming clear at all: such a buffer is in the cache only
- * where the cache holds more than half its size for one program, and where
- * it is not, its ordinary-store clear costs 1.1-1.2 times a streaming one
- * (the Zen 4 guest's profile at 16-32 MiB), which streaming then wins. */
+ * more than a streaming clear at all: such a buffer stays in the cache only
+ * where the machine leaves one program most of the L3, and where it does
+ * not, its ordinary-store clear costs 1.1-1.2 times a streaming one (the
+ * Zen 4 guest's profile at 16-32 MiB), and streaming wins. */
 #define HELD_MARGIN 1.0
 
 struct role_state {
@@ -677,10 +677,10 @@ static int safe_role(size_t n, int ctx)
 /* The role a context runs before anything is known: the safe one, but
  * streaming for a recent buffer larger than recent_max (the CPU's static
  * streaming threshold, at most half the cache), which does not stay in the
- * cache even cleared back to back (where held_max holds it as cached, this
- * is the role its comparison starts on once its checks found it out).  The machine profiles clear one twice
- * that size back to back 1.1-3x faster streamed (Zen 3, Zen 4, Emerald
- * Rapids guests); on the Zen 4 guest (L3 32 MiB) streaming ran 65 of 75
+ * cache even cleared back to back (where held_max holds it as cached, the
+ * role its comparison starts on once its checks found it out).  The
+ * machine profiles clear one twice that size back to back 1.1-3x faster
+ * streamed (Zen 3, Zen 4, Emerald Rapids guests); on the Zen 4 guest (L3 32 MiB) streaming ran 65 of 75
  * phases of generated programs (three seeds) with a recent 16-32 MiB
  * buffer faster than ordinary stores did, 1.3-1.6x at each seed's
  * geometric mean.  It lost the rest by up to 0.7x, to programs that write
