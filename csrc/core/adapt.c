@@ -680,10 +680,10 @@ static int safe_role(size_t n, int ctx)
  * cache even cleared back to back (where held_max holds it as cached, the
  * role its comparison starts on once its checks found it out).  The
  * machine profiles clear one twice that size back to back 1.1-3x faster
- * streamed (Zen 3, Zen 4, Emerald Rapids guests); on the Zen 4 guest (L3 32 MiB) streaming ran 65 of 75
- * phases of generated programs (three seeds) with a recent 16-32 MiB
- * buffer faster than ordinary stores did, 1.3-1.6x at each seed's
- * geometric mean.  It lost the rest by up to 0.7x, to programs that write
+ * streamed (Zen 3, Zen 4, Emerald Rapids guests); on the Zen 4 guest (L3
+ * 32 MiB) streaming ran 65 of 75 phases of generated programs (three
+ * seeds) with a recent 16-32 MiB buffer faster than ordinary stores did,
+ * 1.3-1.6x at each seed's geometric mean.  It lost the rest by up to 0.7x, to programs that write
  * into the buffer next, so ordinary stores stay the safe role: they need
  * less evidence, and hold where there is none.  On a Zen 5 guest (L3 32
  * MiB) ordinary stores won 28 of 34 such phases of a generated corpus:
