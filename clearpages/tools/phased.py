@@ -726,13 +726,14 @@ class Goals:
                 "median": self.median.to_json(), "p10": self.p10.to_json()}
 
 
-def goals(results: Sequence[ProgramResult], name: str = AUTO) -> Goals:
-    rivals = [every_program(results, name, r, GOAL_RIVAL) for r in RIVALS
-              if r in results[0].times]
-    return Goals(name, rivals,
-                 over_programs(results, name, ORACLE, 0.5, GOAL_MEDIAN,
-                               "median over programs"),
-                 over_programs(results, name, ORACLE, 0.1, GOAL_P10,
+def goals(results: Sequence[ProgramResult], name: str = AUTO,
+          rivals: Sequence[str] = RIVALS, ref: str = ORACLE) -> Goals:
+    """name judged by the goals: against each of rivals in every program,
+    and the median and 10th percentile over programs of its ratio to ref."""
+    return Goals(name, [every_program(results, name, r, GOAL_RIVAL) for r in rivals
+                        if r in results[0].times],
+                 over_programs(results, name, ref, 0.5, GOAL_MEDIAN, "median over programs"),
+                 over_programs(results, name, ref, 0.1, GOAL_P10,
                                "10th percentile over programs"))
 
 
@@ -743,11 +744,8 @@ def noise(results: Sequence[ProgramResult]) -> Goals | None:
     programs); None where the run has no twin."""
     if not results or not {TWIN, _measure.NUMPY_FILL} <= set(results[0].times):
         return None
-    ref = _measure.NUMPY_FILL
-    return Goals(TWIN, [every_program(results, TWIN, ref, GOAL_RIVAL)],
-                 over_programs(results, TWIN, ref, 0.5, GOAL_MEDIAN, "median over programs"),
-                 over_programs(results, TWIN, ref, 0.1, GOAL_P10,
-                               "10th percentile over programs"))
+    fill = _measure.NUMPY_FILL
+    return goals(results, TWIN, rivals=(fill,), ref=fill)
 
 
 # ---- where auto loses ------------------------------------------------------------

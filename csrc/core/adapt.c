@@ -173,7 +173,9 @@ struct seen {
 /* Written under `lock`; the band is also read without it (relaxed atomics). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_adapt_params params;
-static size_t band_lo, band_hi, recent_most, held_most;
+/* cached_most: the largest recent buffer taken as cached, recent_max or
+ * held_max (what choose() tests, one load). */
+static size_t band_lo, band_hi, recent_most, cached_most;
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -302,7 +304,8 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
     /* Held: only where the checks can undo it, and below the reuse window. */
     size_t held = params.held_max < params.reuse_bytes ? params.held_max
                   : params.reuse_bytes - 1;
-    STORE(held_most, recent_most && params.check_bytes && held > recent_most ? held : 0);
+    STORE(cached_most, recent_most && params.check_bytes && held > recent_most ? held
+                       : recent_most);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
     pthread_mutex_unlock(&lock);
@@ -555,7 +558,7 @@ static int choose(size_t n, const void *addr)
     int ctx = is_recent(addr, n);
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
-    if (ctx && (n <= LOAD(recent_most) || n <= LOAD(held_most)) && !LOAD(s->evicted))
+    if (ctx && n <= LOAD(cached_most) && !LOAD(s->evicted))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
     if (n >= LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))

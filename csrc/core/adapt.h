@@ -28,17 +28,17 @@
  * larger than a quarter of reuse_bytes, which is not in the cache and too
  * large for ordinary stores to pay for reading it in.  A recent buffer
  * larger than recent_max that its checks found out of the cache (or
- * unchecked) starts on streaming, and falls back on ordinary stores.  The other role is chosen only
- * on decisive evidence, by paired comparison: the two roles run in pairs
- * of blocks of calls, the order of the two blocks drawn at random for each
- * pair, so that drift and the program's noisy work land on both alike; a
- * call's cost is the time from its start to the start of the thread's next
- * band clear (the clear and what the program did right after it), on the
- * thread's CPU clock where the configuration says so (a sleep, a wait or
- * another process's time slice is none of what a role costs).  Once
- * settled, a timed pair of calls now and then watches the role's cost, and
- * a change of it (the program changed) starts a comparison again; so does
- * a recheck, after a gap that doubles.
+ * unchecked) starts on streaming, and falls back on ordinary stores.  The
+ * other role is chosen only on decisive evidence, by paired comparison: the
+ * two roles run in pairs of blocks of calls, the order of the two blocks
+ * drawn at random for each pair, so that drift and the program's noisy work
+ * land on both alike; a call's cost is the time from its start to the start
+ * of the thread's next band clear (the clear and what the program did right
+ * after it), on the thread's CPU clock where the configuration says so (a
+ * sleep, a wait or another process's time slice is none of what a role
+ * costs).  Once settled, a timed pair of calls now and then watches the
+ * role's cost, and a change of it (the program changed) starts a comparison
+ * again; so does a recheck, after a gap that doubles.
  *
  * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
  * role it names (ticket & CP_ADAPT_ROLE).  Unless the ticket has
