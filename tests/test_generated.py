@@ -205,6 +205,52 @@ def test_the_twin_measures_the_runs_own_noise():
     assert phased.TWIN in phased.candidate_names() and phased.TWIN in phased.candidate_names(True)
 
 
+def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_ok():
+    even = {"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5,
+            "numpy.fill": [[1.0, 1.0]] * 5, "ctypes.memset": [[1.0, 1.0]] * 5,
+            phased.TWIN: [[1.0, 1.0]] * 5}
+    assert not phased.doubtful(_result(even))
+    # auto slower than either rival, or the twin slower than numpy.fill
+    for name, ref in [("auto", "numpy.fill"), ("auto", "ctypes.memset"),
+                      (phased.TWIN, "numpy.fill")]:
+        times = dict(even, **{name: [[1.1, 1.1]] * 5})
+        assert phased.doubtful(_result(times)), (name, ref)
+    # slower than the oracle only: not a rival's verdict
+    assert not phased.doubtful(_result(dict(even, a=[[0.5, 0.5]] * 5)))
+    # rounds on both sides of the goal: unmeasured, in doubt too
+    spread = [[x, x] for x in (0.7, 0.8, 1.0, 1.2, 1.3)]
+    assert phased.doubtful(_result(dict(even, auto=spread)))
+    # too few rounds to judge
+    assert phased.doubtful(_result({k: v[:2] for k, v in even.items()}))
+
+
+def test_a_retake_adds_rounds_to_the_programs_in_doubt():
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
+    progs = [G.Program("p%d" % i, (8192,), (G.Phase(G.ONE, 3, (0,)),)) for i in range(2)]
+    names = ["auto", "libc", "numpy.fill"]
+    asked = []
+
+    def doubtful(r):
+        asked.append((r.program.name, r.rounds, r.retaken))
+        return r.program.name == "p1"
+    res = phased.run(progs, names, rounds=2, pool_bytes=1 << 20, retake=3,
+                     doubtful=doubtful)
+    assert asked == [("p0", 2, 0), ("p1", 2, 0)]
+    assert [(r.rounds, r.retaken) for r in res] == [(2, 0), (5, 3)]
+    assert all(len(v) == 5 for v in res[1].times.values())
+    assert all(len(v) == 5 for v in res[1].other.values())
+    first = res[1].first()
+    assert (first.rounds, first.retaken) == (2, 0)
+    assert first.times == {k: v[:2] for k, v in res[1].times.items()}
+    assert res[0].first() is res[0]
+    back = phased.from_json(json.loads(json.dumps(phased.to_json(res, {}))))
+    assert [r.retaken for r in back] == [0, 3]
+    # no retake asked for: nothing asked, nothing added
+    asked.clear()
+    res = phased.run(progs, names, rounds=1, pool_bytes=1 << 20, doubtful=doubtful)
+    assert asked == [] and [r.rounds for r in res] == [1, 1]
+
+
 def test_size_bands_and_use_bands():
     l2, l3 = 1 << 20, 32 << 20
     assert phased.size_band(4096, l2, l3) == "<16K"
@@ -268,7 +314,7 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
     out = tmp_path / "g.json"
     rc = main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
                "--quick", "--quiet", "--sizes", "4K", "16K", "--target-ms", "20",
-               "--json", str(out)])
+               "--retake", "1", "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0
     assert "--generated 2 --seed 5" in text and "L3" in text
@@ -286,6 +332,10 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
     assert "phases where auto does worst" in buf.getvalue()
     assert "the run's own noise" in buf.getvalue() and phased.TWIN in buf.getvalue()
     assert data["goals"]["noise"]["name"] == phased.TWIN
+    # one round is too few to judge: every program is in doubt and retaken
+    assert "--retake 1" in text and data["settings"]["retake"] == 1
+    assert [r.retaken for r in again] == [1, 1] and [r.rounds for r in again] == [2, 2]
+    assert "retaken: 2 of 2 programs" in buf.getvalue()
 
 
 def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):
@@ -301,8 +351,8 @@ def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):
         return real(*a, **{**kw, "done": done})
     monkeypatch.setattr(phased, "run", run)
     assert main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
-                 "--quick", "--quiet", "--sizes", "4K", "--target-ms", "5", "--clock",
-                 "wall", "--json", str(out)]) == 0
+                 "--quick", "--quiet", "--retake", "0", "--sizes", "4K", "--target-ms", "5",
+                 "--clock", "wall", "--json", str(out)]) == 0
     assert written == [1, 2]
     assert json.loads(out.read_text())["settings"]["clock"] == "wall"
 
@@ -310,7 +360,7 @@ def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):
 def test_the_seed_is_drawn_and_printed(capsys):
     pytest.importorskip("numpy")            # the program benchmark's programs use it
     rc = main(["bench", "--programs", "--generated", "1", "--rounds", "1", "--quick",
-               "--quiet", "--sizes", "4K", "--target-ms", "5"])
+               "--quiet", "--retake", "0", "--sizes", "4K", "--target-ms", "5"])
     assert rc == 0
     assert " --seed " in capsys.readouterr().out
 
@@ -321,6 +371,10 @@ def test_the_seed_is_drawn_and_printed(capsys):
     ["bench", "--programs", "--generated", "0"],
     ["bench", "--programs", "--generated", "2", "--seed", "-1"],
     ["bench", "--programs", "--generated", "2", "--methods", "libc"],
+    ["bench", "--programs", "--retake", "2"],
+    ["bench", "--programs", "--cases", "--retake", "2"],
+    ["bench", "--retake", "2"],
+    ["bench", "--programs", "--generated", "2", "--retake", "-1"],
 ])
 def test_flags_that_do_not_go_together_are_refused(argv, capsys):
     assert main(argv) == 2

@@ -23,6 +23,7 @@ from . import (
     calibrate as _calibrate,
     measure as _measure,
     output as _output,
+    phased as _phased,
     profile as _profile,
     report as _report,
 )
@@ -287,8 +288,9 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         return _bench_profile(args, sizes, out)
     if args.programs:
         return _bench_programs(args, sizes, out)
-    if args.generated is not None or args.cases or args.seed is not None:
-        raise UsageError("--generated, --seed and --cases go with --programs")
+    if args.generated is not None or args.cases or args.seed is not None \
+            or args.retake is not None:
+        raise UsageError("--generated, --seed, --retake and --cases go with --programs")
     if args.pool:
         return _bench_pool(args, sizes, out)
     if sizes is None:
@@ -389,7 +391,8 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
     from . import programs as _programs
 
-    if args.generated is not None or args.cases or args.seed is not None:
+    if args.generated is not None or args.cases or args.seed is not None \
+            or args.retake is not None:
         return _bench_phased(args, sizes, out)
     if args.methods or args.json or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--programs runs every candidate in every workload, warm and "
@@ -426,6 +429,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
                          "they take no --methods, --plot, --scenario or --direct")
     if args.seed is not None and args.generated is None:
         raise UsageError("--seed is the seed of --generated N")
+    if args.retake is not None and args.generated is None:
+        raise UsageError("--retake retakes programs of --generated N")
     cpu = _core.cpu()
     l3 = cpu.last_cache or generated.DEFAULT_L3
     pool = _measure.cold_pool_size()
@@ -442,6 +447,7 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
                                      seconds=(min(generated.SECONDS[0], top / 5), top))
     names = phased.candidate_names(quick=args.quick)
     rounds = args.repeat or (phased.QUICK_ROUNDS if args.quick else phased.ROUNDS)
+    retake = phased.RETAKE_ROUNDS if args.retake is None else args.retake
     table_out = sys.stderr if args.json == "-" else out
     command = "python -m clearpages bench --programs"
     if args.cases:
@@ -451,6 +457,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     if sizes:
         command += " --sizes %s" % ",".join(str(n) for n in sizes)
     command += " --rounds %d%s" % (rounds, " --quick" if args.quick else "")
+    if args.generated:
+        command += " --retake %d" % retake
     if args.clock != phased.CPU:
         command += " --clock %s" % args.clock
     nominal = sum(generated.estimate_s(p) for p in programs) * len(names) * rounds
@@ -466,7 +474,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
                     else "the elapsed time"), table_out)
     table_out.flush()
     settings = {"command": command, "seed": seed if args.generated else None,
-                "rounds": rounds, "candidates": names, "cold_pool": pool, "clock": args.clock,
+                "rounds": rounds, "retake": retake if args.generated else 0,
+                "candidates": names, "cold_pool": pool, "clock": args.clock,
                 "load_average": {"start": list(load)}}
 
     def keep(so_far: list[phased.ProgramResult]) -> None:
@@ -477,7 +486,9 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     progress = _output.Progress("programs", quiet=args.quiet)
     try:
         results = phased.run(programs, names, rounds=rounds, progress=progress, done=keep,
-                             clock=args.clock)
+                             clock=args.clock, retake=retake,
+                             doubtful=lambda r: r.program.seed is not None
+                             and phased.doubtful(r))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -694,6 +705,11 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
     b.add_argument("--seed", type=_seed_arg, metavar="S",
                    help="the seed --generated draws from (default: drawn at run time and "
                         "printed, so that the run can be replayed)")
+    b.add_argument("--retake", type=_seed_arg, metavar="K",
+                   help="with --generated: a program whose verdict against numpy.fill or "
+                        "ctypes.memset (auto's, or numpy.fill's own twin's) is not ok after "
+                        "its rounds runs K rounds more, every candidate, and is judged over "
+                        "all of them (default %d; 0: none)" % _phased.RETAKE_ROUNDS)
     b.add_argument("--cases", action="store_true",
                    help="with --programs: the hand-written phased programs (warm, cold, "
                         "warm again at 1-16 MiB; clear then use, one buffer and a pool walk, "
