@@ -233,9 +233,13 @@ def test_a_retake_adds_rounds_to_the_programs_in_doubt():
     def doubtful(r):
         asked.append((r.program.name, r.rounds, r.retaken))
         return r.program.name == "p1"
+    shown = []
     res = phased.run(progs, names, rounds=2, pool_bytes=1 << 20, retake=3,
-                     doubtful=doubtful)
+                     doubtful=doubtful, progress=lambda *a: shown.append(a))
     assert asked == [("p0", 2, 0), ("p1", 2, 0)]
+    # the retake's rounds are counted in the progress as they become known
+    assert len(shown) == 2 + 2 + 3 and shown[-1][0] == shown[-1][1]
+    assert [w for _, _, w in shown].count("p1 (2/2), retaken: round 3 of 3") == 1
     assert [(r.rounds, r.retaken) for r in res] == [(2, 0), (5, 3)]
     assert all(len(v) == 5 for v in res[1].times.values())
     assert all(len(v) == 5 for v in res[1].other.values())

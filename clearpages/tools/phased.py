@@ -655,11 +655,13 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
                         ProgramResult(prog, times, fixed_names(names), 0.0, clock, other,
                                       roles)):
                     extra = retake
+                    total += nominal[i] * extra     # the time left counts what is known
                 for r in range(rounds, rounds + extra):
+                    _one_round(running, cands, r, clock, times, other)
+                    done_ms += nominal[i]
                     if progress is not None:
                         progress(done_ms, total, "%s (%d/%d), retaken: round %d of %d" % (
                             prog.name, i + 1, len(programs), r - rounds + 1, extra))
-                    _one_round(running, cands, r, clock, times, other)
             finally:
                 running.close()
             out.append(ProgramResult(prog, times, fixed_names(names),
