@@ -6,14 +6,14 @@ candidate, interleaved in one process (clearpages/tools/generated.py draws
 them, tools/phased.py runs and judges them).
 
     python bench/bench_generated.py [--programs 200] [--seed S] [--rounds 5]
-                                    [--quick] [--cases] [--json FILE]
+                                    [--retake 4] [--quick] [--cases] [--json FILE]
 
 (the same as ``python -m clearpages bench --programs --generated N``; the
 seed is drawn at run time and printed unless given, so a run can be
 replayed).  Under pytest (``-k generated``): CLEARPAGES_BENCH_PROGRAMS
 programs (default 8, quick candidates, 4 rounds) from CLEARPAGES_BENCH_SEED
-(default: drawn and printed); the goals in extra_info and in the session's
-summary.
+(default: drawn and printed), a program in doubt retaken as the command
+does; the goals in extra_info and in the session's summary.
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--rounds", type=int)
+    ap.add_argument("--retake", type=int)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", action="store_true", help="the hand-written cases too")
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args(argv)
     args = ["bench", "--programs", "--generated", str(a.programs)]
-    for flag, value in (("--seed", a.seed), ("--rounds", a.rounds), ("--json", a.json)):
+    for flag, value in (("--seed", a.seed), ("--rounds", a.rounds), ("--retake", a.retake),
+                        ("--json", a.json)):
         if value is not None:
             args += [flag, str(value)]
     args += ["--quick"] * a.quick + ["--cases"] * a.cases
@@ -69,10 +71,12 @@ def test_generated_programs(benchmark: Any) -> None:
 
     def run() -> None:
         out[:] = phased.run(programs, phased.candidate_names(quick=True),
-                            rounds=phased.QUICK_ROUNDS)
+                            rounds=phased.QUICK_ROUNDS, retake=phased.RETAKE_ROUNDS,
+                            doubtful=phased.doubtful)
     benchmark.pedantic(run, rounds=1, iterations=1)
     g = phased.goals(out)
     benchmark.extra_info["seed"] = seed
+    benchmark.extra_info["retaken"] = sum(1 for r in out if r.retaken)
     rec = {}
     for e in g.rivals:
         benchmark.extra_info["every program vs %s" % e.ref] = e.outcome
