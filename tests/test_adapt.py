@@ -392,6 +392,44 @@ def test_a_recent_buffer_above_recent_max_that_stays_in_the_cache_is_held(learne
     assert len(said) == 1 and "cost no more than a streaming clear" in said[0], said
 
 
+def test_a_held_buffer_coming_back_into_the_cache_is_not_taken_for_one_it_leaves(learner):
+    """A held buffer's first clear, not recent yet, streams it out of the
+    cache, and its next ordinary-store clears bring it back bit by bit
+    (2.5, 2.1, 1.8, 1.4, 1.1 times a streaming clear, then 0.75): its checks
+    wait for that, so it stays held, never compared, in each of 5
+    programs."""
+    held(learner)
+    n = 24 * MiB
+    refill = [2.5, 2.1, 1.8, 1.4, 1.1]
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        for i in range(300):
+            k = prog.roles[1:].count(T) if prog.roles else 0
+            x = refill[k] if prog.roles and k < len(refill) else 0.75
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
+        assert prog.roles[1:] == [T] * 299, seed
+
+
+def test_the_wait_for_a_refill_holds_only_back_to_back(learner):
+    """A held buffer taking turns with another one, sometimes out of the
+    window (streamed, its refill waited for), sometimes within it, and out
+    of the cache on every recent clear (1.5x a streaming one): its checks
+    run on the clears that other clears came before, and find it out."""
+    held(learner)
+    n, other = 24 * MiB, 8 * MiB
+    prog = Program(seed=3)
+    rng = random.Random(4)
+    for i in range(200):
+        prog.step(n, HOT, cost=(WARM[S] * 1.5, WARM[S]))
+        for _ in range(rng.choice((1, 5))):         # 8 or 40 MiB before the next
+            prog.step(other, HOT + 64 * MiB, cost=WARM)
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.learned != lib.CP_LEARNED_CACHED
+
+
 def test_a_held_buffer_is_checked_strictly_and_streams_where_that_wins(learner):
     """Ordinary-store clears 1.1x a streaming one: within recent_max a buffer
     in the cache for all that (the checks' margin, 1.25); held above it, not:
