@@ -404,7 +404,7 @@ def test_a_held_buffer_coming_back_into_the_cache_is_not_taken_for_one_it_leaves
     for seed in range(5):
         lib.cp_adapt_reset()
         prog = Program(seed=seed)
-        for i in range(300):
+        for _ in range(300):
             k = prog.roles[1:].count(T) if prog.roles else 0
             x = refill[k] if prog.roles and k < len(refill) else 0.75
             prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
@@ -422,7 +422,7 @@ def test_the_wait_for_a_refill_holds_only_back_to_back(learner):
     n, other = 24 * MiB, 8 * MiB
     prog = Program(seed=3)
     rng = random.Random(4)
-    for i in range(200):
+    for _turn in range(200):
         prog.step(n, HOT, cost=(WARM[S] * 1.5, WARM[S]))
         for _ in range(rng.choice((1, 5))):         # 8 or 40 MiB before the next
             prog.step(other, HOT + 64 * MiB, cost=WARM)
