@@ -156,11 +156,11 @@ struct ctx_state {
     uint32_t quiet_set;         /* quiet_left when the lock last set it */
     uint32_t quiet_ran;         /* untimed calls not yet counted in `calls` */
     uint32_t check_left;        /* cached: untimed calls before the next check */
+    int refilling;              /* held: check_left waits out the refill after the
+                                   buffer's clear outside the window (choose) */
     /* Under the lock: */
     uint32_t check_hist;        /* cached: the latest checks, a bit each, 1: slower
                                    than streaming */
-    int refilling;              /* held: check_left waits out the refill after the
-                                   buffer's clear outside the window (choose) */
     int evicted;                /* the checks found a recent buffer out of the cache:
                                    this context is timed, not taken as cached */
     uint32_t overruled;         /* comparisons that undid that, in a row: the checks
@@ -567,8 +567,8 @@ static int choose(size_t n, const void *addr)
         /* A buffer of a held size not cleared lately is out of the cache,
          * and its next clears, recent, bring it back only bit by bit: on
          * the Zen 5 guest the ordinary-store clears after such a clear cost
-         * 2.2-2.5, 1.7-2.1, 1.3-2.0, 1.0-1.2 times a streaming one at
-         * 26-30 MiB, then 0.75.  Its recent context's next check waits
+         * 2.2-2.5, 1.7-2.4, 1.2-2.1, 0.9-1.2 times the streaming reference
+         * at 26-30 MiB, then 0.75.  Its recent context's next check waits
          * that long where it is cleared again back to back (cached_call),
          * so that the refill is not taken for a buffer the cache does not
          * keep (which the checks after it still find). */
