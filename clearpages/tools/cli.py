@@ -288,8 +288,7 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         return _bench_profile(args, sizes, out)
     if args.programs:
         return _bench_programs(args, sizes, out)
-    if args.generated is not None or args.cases or args.seed is not None \
-            or args.retake is not None:
+    if _phased_flags(args):
         raise UsageError("--generated, --seed, --retake and --cases go with --programs")
     if args.pool:
         return _bench_pool(args, sizes, out)
@@ -388,11 +387,17 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
     return 0
 
 
+def _phased_flags(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for the phased programs (--generated, --cases,
+    --seed, --retake)."""
+    return (args.generated is not None or args.cases or args.seed is not None
+            or args.retake is not None)
+
+
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
     from . import programs as _programs
 
-    if args.generated is not None or args.cases or args.seed is not None \
-            or args.retake is not None:
+    if _phased_flags(args):
         return _bench_phased(args, sizes, out)
     if args.methods or args.json or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--programs runs every candidate in every workload, warm and "
@@ -422,7 +427,7 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     cases (--cases), run by tools.phased."""
     import random
 
-    from . import generated, phased
+    from . import generated
 
     if args.methods or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--generated and --cases run every candidate on whole programs; "
@@ -445,9 +450,9 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         top = args.target_ms / 1000 if args.target_ms else generated.SECONDS[1]
         programs += generated.corpus(seed, args.generated, l3, sizes=span,
                                      seconds=(min(generated.SECONDS[0], top / 5), top))
-    names = phased.candidate_names(quick=args.quick)
-    rounds = args.repeat or (phased.QUICK_ROUNDS if args.quick else phased.ROUNDS)
-    retake = phased.RETAKE_ROUNDS if args.retake is None else args.retake
+    names = _phased.candidate_names(quick=args.quick)
+    rounds = args.repeat or (_phased.QUICK_ROUNDS if args.quick else _phased.ROUNDS)
+    retake = _phased.RETAKE_ROUNDS if args.retake is None else args.retake
     table_out = sys.stderr if args.json == "-" else out
     command = "python -m clearpages bench --programs"
     if args.cases:
@@ -459,7 +464,7 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     command += " --rounds %d%s" % (rounds, " --quick" if args.quick else "")
     if args.generated:
         command += " --retake %d" % retake
-    if args.clock != phased.CPU:
+    if args.clock != _phased.CPU:
         command += " --clock %s" % args.clock
     nominal = sum(generated.estimate_s(p) for p in programs) * len(names) * rounds
     load = os.getloadavg()
@@ -469,8 +474,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     _output.say("%d programs x %d candidates x %d rounds, about %s at the programs' nominal "
                 "pace (the progress line corrects it as it runs); phases timed by %s" % (
                     len(programs), len(names), rounds,
-                    _output.duration(nominal * phased.PACE_GUESS),
-                    "their thread's CPU time" if args.clock == phased.CPU
+                    _output.duration(nominal * _phased.PACE_GUESS),
+                    "their thread's CPU time" if args.clock == _phased.CPU
                     else "the elapsed time"), table_out)
     table_out.flush()
     settings = {"command": command, "seed": seed if args.generated else None,
@@ -478,17 +483,17 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
                 "candidates": names, "cold_pool": pool, "clock": args.clock,
                 "load_average": {"start": list(load)}}
 
-    def keep(so_far: list[phased.ProgramResult]) -> None:
+    def keep(so_far: list[_phased.ProgramResult]) -> None:
         # a long run keeps what it measured if it is stopped
         if args.json and args.json != "-":
-            _output.dump_json(phased.to_json(so_far, settings), args.json)
+            _output.dump_json(_phased.to_json(so_far, settings), args.json)
 
     progress = _output.Progress("programs", quiet=args.quiet)
     try:
-        results = phased.run(programs, names, rounds=rounds, progress=progress, done=keep,
+        results = _phased.run(programs, names, rounds=rounds, progress=progress, done=keep,
                              clock=args.clock, retake=retake,
                              doubtful=lambda r: r.program.seed is not None
-                             and phased.doubtful(r))
+                             and _phased.doubtful(r))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -500,12 +505,12 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     judged = {}
     if cases:
         print(file=table_out)
-        phased.report_cases(cases, table_out)
+        _phased.report_cases(cases, table_out)
     if drawn:
-        judged = phased.report_generated(drawn, table_out)
+        judged = _phased.report_generated(drawn, table_out)
     if args.json:
         settings["load_average"]["end"] = list(after)
-        _output.dump_json(phased.to_json(results, settings, judged), args.json, out)
+        _output.dump_json(_phased.to_json(results, settings, judged), args.json, out)
         if args.json != "-":
             print("\nwrote %s" % args.json, file=table_out)
     return 0

@@ -81,6 +81,9 @@ GOAL_MEDIAN = 0.97
 GOAL_P10 = 0.90
 """The 10th percentile over programs, against the per-phase oracle."""
 RIVALS = (_measure.NUMPY_FILL, _measure.MEMSET)
+RIVAL_VERDICTS = tuple((AUTO, r) for r in RIVALS) + ((TWIN, _measure.NUMPY_FILL),)
+"""The every-program verdicts a retake is for: auto's against each rival,
+and the twin's against numpy.fill."""
 
 ROUNDS = 5
 QUICK_ROUNDS = 4
@@ -642,7 +645,7 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
             start = time.monotonic()
             times: dict[str, list[list[float]]] = {c.name: [] for c in cands}
             other: dict[str, list[list[float]]] = {c.name: [] for c in cands}
-            extra = 0
+            res = ProgramResult(prog, times, fixed_names(names), 0.0, clock, other, roles)
             try:
                 gc.collect()
                 for r in range(rounds):
@@ -651,21 +654,19 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
                     if progress is not None:
                         progress(done_ms, total, "%s (%d/%d)" % (prog.name, i + 1,
                                                                  len(programs)))
-                if retake and doubtful is not None and doubtful(
-                        ProgramResult(prog, times, fixed_names(names), 0.0, clock, other,
-                                      roles)):
-                    extra = retake
-                    total += nominal[i] * extra     # the time left counts what is known
-                for r in range(rounds, rounds + extra):
+                if retake and doubtful is not None and doubtful(res):
+                    res.retaken = retake
+                    total += nominal[i] * retake    # the time left counts what is known
+                for r in range(rounds, rounds + res.retaken):
                     _one_round(running, cands, r, clock, times, other)
                     done_ms += nominal[i]
                     if progress is not None:
                         progress(done_ms, total, "%s (%d/%d), retaken: round %d of %d" % (
-                            prog.name, i + 1, len(programs), r - rounds + 1, extra))
+                            prog.name, i + 1, len(programs), r - rounds + 1, res.retaken))
             finally:
                 running.close()
-            out.append(ProgramResult(prog, times, fixed_names(names),
-                                     time.monotonic() - start, clock, other, roles, extra))
+            res.wall_s = time.monotonic() - start
+            out.append(res)
             if done is not None:
                 done(out)
     finally:
@@ -786,8 +787,7 @@ def doubtful(result: ProgramResult) -> bool:
     numpy.fill (TWIN), not ok.  The twin is retaken by the rule that
     retakes auto, so the noise line still tells what identical code scores
     under the same procedure."""
-    pairs = [(AUTO, r) for r in RIVALS] + [(TWIN, _measure.NUMPY_FILL)]
-    return any(not result.judge(name, ref, GOAL_RIVAL).ok for name, ref in pairs
+    return any(not result.judge(name, ref, GOAL_RIVAL).ok for name, ref in RIVAL_VERDICTS
                if name in result.times and ref in result.times)
 
 
@@ -1003,7 +1003,7 @@ def _retake_lines(results: Sequence[ProgramResult], out: Any) -> None:
              len(retaken), len(results), first, retaken[0].retaken, retaken[0].rounds,
              first), out)
     rows = []
-    for name, ref in [(AUTO, r) for r in RIVALS] + [(TWIN, _measure.NUMPY_FILL)]:
+    for name, ref in RIVAL_VERDICTS:
         if name not in results[0].times or ref not in results[0].times:
             continue
         before = [r.first().judge(name, ref, GOAL_RIVAL).outcome for r in retaken]
