@@ -52,8 +52,10 @@ enum {
     CHECK_CALLS = 4,            /* a cached context's checks are at least this many
                                    calls apart ... */
     CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
-    REFILL_BLOCK = 8            /* the longest temporal block of a recent buffer's
+    REFILL_BLOCK = 8,           /* the longest temporal block of a recent buffer's
                                    comparison (refill_gain) */
+    REFILL_HELD = 16            /* a held buffer's: and the calls its checks wait
+                                   out after its clear outside the window */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -90,11 +92,15 @@ enum {
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
 #define CHECK_MARGIN 1.25
 /* ... and a held one's (above recent_max, up to held_max) when it costs
- * more than a streaming clear at all: such a buffer stays in the cache only
- * where the machine leaves one program most of the L3, and where it does
- * not, its ordinary-store clear costs 1.1-1.2 times a streaming one (the
- * Zen 4 guest's profile at 16-32 MiB), and streaming wins. */
-#define HELD_MARGIN 1.0
+ * more than 1.05 times a streaming clear: such a buffer stays in the cache
+ * only where the machine leaves one program most of the L3, and where it
+ * does not, its ordinary-store clear costs 1.1-1.2 times a streaming one
+ * (the Zen 4 guest's profile at 16-32 MiB), and streaming wins.  Where it
+ * stays (0.75-0.9 times streaming on a Zen 5 guest at 20-30 MiB), 2-8% of
+ * its clears still cost more than 1.05 times streaming, in bursts (the
+ * host's other tenants share the L3), so a held buffer is taken out of the
+ * cache on 3 of its latest 5 checks, not 2 of 3 (HELD_VOTE). */
+#define HELD_MARGIN 1.05
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -159,8 +165,8 @@ struct ctx_state {
     int refilling;              /* held: check_left waits out the refill after the
                                    buffer's clear outside the window (choose) */
     /* Under the lock: */
-    uint32_t check_hist;        /* cached: the latest checks, a bit each, 1: slower
-                                   than streaming */
+    uint32_t check_hist;        /* cached: the latest checks (3, held: 5), a bit
+                                   each, 1: slower than streaming */
     int evicted;                /* the checks found a recent buffer out of the cache:
                                    this context is timed, not taken as cached */
     uint32_t overruled;         /* comparisons that undid that, in a row: the checks
@@ -566,15 +572,17 @@ static int choose(size_t n, const void *addr)
     if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most)) {
         /* A buffer of a held size not cleared lately is out of the cache,
          * and its next clears, recent, bring it back only bit by bit: on
-         * the Zen 5 guest the ordinary-store clears after such a clear cost
-         * 2.2-2.5, 1.7-2.4, 1.2-2.1, 0.9-1.2 times the streaming reference
-         * at 26-30 MiB, then 0.75.  Its recent context's next check waits
-         * that long where it is cleared again back to back (cached_call),
-         * so that the refill is not taken for a buffer the cache does not
-         * keep (which the checks after it still find). */
+         * the Zen 5 guest the ordinary-store clears after such a clear
+         * (the L3 full of other dirty data) cost more than 1.05 times the
+         * streaming reference for 2 calls at 24 MiB, 4 at 26 MiB, 7 at 28
+         * MiB and 10-11 at 30 MiB, then settle at 0.8.  Its recent
+         * context's next check waits REFILL_HELD calls where it is cleared
+         * again back to back (cached_call), so that the refill is not taken
+         * for a buffer the cache does not keep (which the checks after it
+         * still find). */
         struct ctx_state *r = &table[cls][1];
-        if (LOAD(r->check_left) < REFILL_BLOCK) {
-            STORE(r->check_left, REFILL_BLOCK);
+        if (LOAD(r->check_left) < REFILL_HELD) {
+            STORE(r->check_left, REFILL_HELD);
             STORE(r->refilling, 1);
         }
     }
@@ -745,7 +753,8 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
      * temporal role 1.5x dearer than it is where the program keeps the
      * buffer in the cache.  So with refill_gain the temporal block runs
      * three calls, and one more while the latest clear cost refill_gain
-     * less than the one before (choose_locked), up to REFILL_BLOCK; a
+     * less than the one before (choose_locked), up to REFILL_BLOCK (a held
+     * buffer's: REFILL_HELD, see choose_locked); a
      * buffer that does not come back costs one call more than before.
      * The streaming role's second call is already its own cost. */
     s->refill = ctx && params.refill_gain > 0;
@@ -815,12 +824,22 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             }
             int t = CP_ADAPT_TEMPORAL;
             uint32_t t_last = (s->first == t ? 0 : s->len[!t]) + s->len[t] - 1;
-            if (s->refill && s->pos == t_last && s->len[t] < REFILL_BLOCK) {
+            int held = ctx && n > params.recent_max && n <= cached_most;
+            if (s->refill && s->pos == t_last && s->len[t] < (held ? REFILL_HELD : REFILL_BLOCK)) {
                 /* The temporal block's last call as planned: one more
-                 * while the buffer is still coming back into the cache. */
+                 * while the buffer is still coming back into the cache:
+                 * its latest clear cost refill_gain less than the one
+                 * before, or, held, still more than a streaming clear but
+                 * less than the block's first (at 28-30 MiB the refill
+                 * runs 7-11 calls, some hardly faster than the one before;
+                 * a buffer that does not come back, as dear from the
+                 * block's first call on, grows it only by its noise). */
                 const struct role_state *a = &s->roles[t];
-                unsigned k = a->nclear;
-                if (k >= 2 && a->clear[k - 1] < (1.0 - params.refill_gain) * a->clear[k - 2])
+                unsigned k = a->nclear, done = s->len[t] - 1;
+                double now = k ? a->clear[k - 1] : 0.0;
+                if ((k >= 2 && now < (1.0 - params.refill_gain) * a->clear[k - 2])
+                    || (held && k && now > HELD_MARGIN * params.stream_ns_per_byte
+                        && now < a->clear[done < k ? k - done : 0]))
                     s->len[t]++;
             }
             uint32_t head = s->len[s->first], both = head + s->len[!s->first];
@@ -1120,8 +1139,9 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
 
 /* A check of a cached context's clear (cached_call): ordinary stores that
  * cost more than a streaming clear does (stream_ns_per_byte) did not find
- * the buffer in the cache.  In 2 of its latest 3 checks: the context is
- * timed from now on, starting with a comparison. */
+ * the buffer in the cache.  In 2 of its latest 3 checks (a held buffer's:
+ * 3 of 5, HELD_MARGIN): the context is timed from now on, starting with a
+ * comparison. */
 static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t end_ns)
 {
     if (pthread_mutex_trylock(&lock) != 0)
@@ -1129,10 +1149,11 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     struct ctx_state *s = &table[cls][ctx];
     if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
         double x = per_byte(start_ns, end_ns, n);
-        double margin = n <= params.recent_max ? CHECK_MARGIN : HELD_MARGIN;
+        int held = n > params.recent_max;
+        double margin = held ? HELD_MARGIN : CHECK_MARGIN;
         s->check_hist = (s->check_hist << 1
-                         | (x > margin * params.stream_ns_per_byte)) & 7;
-        if (__builtin_popcount(s->check_hist) >= 2) {
+                         | (x > margin * params.stream_ns_per_byte)) & (held ? 31 : 7);
+        if (__builtin_popcount(s->check_hist) >= (held ? 3 : 2)) {
             drain_quiet(s);
             init_context(s, n, ctx);
             STORE(s->evicted, 1);
