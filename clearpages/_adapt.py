@@ -77,9 +77,9 @@ LEARNED = {
 #: cached while its checks find it in the cache (held_max).
 HELD = (
     "cleared within the last {reuse} of clears, and its clears, timed alone now and then, "
-    "cost no more than a streaming clear: in the cache here, although larger than "
-    "{recent_max}, so ordinary stores keep it there for the program, untimed (a check that "
-    "finds it slower hands it to a comparison)")
+    "cost no more than 1.05x a streaming clear in at least 3 of the latest 5: in the cache "
+    "here, although larger than {recent_max}, so ordinary stores keep it there for the "
+    "program, untimed (3 checks that find it slower hand it to a comparison)")
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
@@ -335,7 +335,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     reuse, small = reuse_bytes(th), recent_max()
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
             "no larger than %s gets %s untimed (a larger one too, while its clears, timed "
-            "alone now and then, cost no more than a streaming clear), one of %s or larger "
+            "alone now and then, cost no more than 1.05x a streaming clear), one of %s or larger "
             "gets %s untimed; any other single clear of %s-%s runs a safe routine (%s; %s for "
             "a buffer not cleared lately and larger than %s) unless timing it against the "
             "program's next clear says the other costs decisively less, and starts on %s "
