@@ -12,50 +12,144 @@ in ns per byte.  A temporal column that falls for several calls is a cache
 filling back bit by bit: the comparison's temporal block must run until
 it stops falling (``refill_gain`` in the learner).
 
+With ``--dirty SIZE``, each round first writes SIZE of other memory (the
+L3 full of other dirty data, as a program's own work leaves it): the
+refill of a buffer near the L3's size is slower then.  The learner's
+streaming reference (what its checks compare an ordinary-store clear
+with) is printed beside the table.
+
+``--held CALLS`` measures what the learner makes of it: per size, one
+buffer cleared CALLS times back to back with ``auto`` (a fresh learner,
+the buffer out of the cache at its first call), against the policy's
+temporal routine called the same way, ``--runs`` times each, in turn;
+and, for auto, how many runs its checks took the buffer out of the
+cache (a comparison followed) and how many ended on streaming.
+
     python bench/bench_refill.py [--sizes 1536K 4M 8M 16M 24M] [--calls 8] [--rounds 15]
+    python bench/bench_refill.py --sizes 24M 26M 28M 30M --calls 16 --dirty 256M
+    python bench/bench_refill.py --sizes 26M 28M 30M --held 415 --runs 10 --dirty 256M
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import statistics
 import time
+from typing import Callable
 
 import _common
 from _common import Buffer, MiB, cp, fmt_size
 
+from clearpages import _adapt
+
 SIZES = ("1536K", "3M", "6M", "8M", "12M", "16M", "24M")
 
 
-def run(sizes: list[int], calls: int = 8, rounds: int = 15) -> str:
+def _dirtier(nbytes: int) -> tuple[Buffer | None, Callable[[], object]]:
+    """A buffer of nbytes and a call that writes it all (ordinary stores):
+    the L3 full of other dirty data.  (None, a no-op) for 0."""
+    if not nbytes:
+        return None, lambda: None
+    other = Buffer(nbytes)
+    return other, lambda: ctypes.memset(other.address, 1, other.size)
+
+
+def reference() -> str:
+    th = cp.thresholds()
+    ref = _adapt.stream_cost(th.streaming)
+    return ("the learner's streaming reference in this process: %.4f ns per byte (%s, a %s "
+            "buffer)" % (ref, th.streaming, fmt_size(_adapt.STREAM_PROBE))) if ref else ""
+
+
+def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> str:
     th = cp.thresholds()
     temporal, streaming = th.temporal, th.streaming
     if streaming not in cp.methods():
         return "no streaming routine usable here (%s)" % streaming
     rows = []
-    for size in sizes:
-        buf = Buffer(size)
-        try:
-            t_fn = _common.direct_fn(temporal, buf)
-            s_fn = _common.direct_fn(streaming, buf)
-            after_s: list[list[float]] = [[] for _ in range(calls)]
-            after_t: list[list[float]] = [[] for _ in range(calls)]
-            for _ in range(rounds):
-                for fn, out in ((t_fn, after_s), (s_fn, after_t)):
-                    for k in range(calls):
-                        t0 = time.perf_counter_ns()
-                        fn()
-                        out[k].append((time.perf_counter_ns() - t0) / size)
-            for name, col in ((temporal + " after " + streaming, after_s),
-                              (streaming + " after " + temporal, after_t)):
-                med = [statistics.median(c) for c in col]
-                rows.append([fmt_size(size) if col is after_s else "", name]
-                            + ["%.4f" % m for m in med])
-        finally:
-            buf.close()
+    other, write_other = _dirtier(dirty)
+    try:
+        for size in sizes:
+            buf = Buffer(size)
+            try:
+                t_fn = _common.direct_fn(temporal, buf)
+                s_fn = _common.direct_fn(streaming, buf)
+                after_s: list[list[float]] = [[] for _ in range(calls)]
+                after_t: list[list[float]] = [[] for _ in range(calls)]
+                for _ in range(rounds):
+                    write_other()
+                    s_fn()
+                    for fn, out in ((t_fn, after_s), (s_fn, after_t)):
+                        for k in range(calls):
+                            t0 = time.perf_counter_ns()
+                            fn()
+                            out[k].append((time.perf_counter_ns() - t0) / size)
+                for name, col in ((temporal + " after " + streaming, after_s),
+                                  (streaming + " after " + temporal, after_t)):
+                    med = [statistics.median(c) for c in col]
+                    rows.append([fmt_size(size) if col is after_s else "", name]
+                                + ["%.4f" % m for m in med])
+            finally:
+                buf.close()
+    finally:
+        if other is not None:
+            other.close()
     head = ["size", "calls in a row"] + [str(k + 1) for k in range(calls)]
-    return ("ns per byte, each call of a run of %d, median of %d rounds (one buffer per size)\n"
-            % (calls, rounds) + _common.table(head, rows))
+    return ("ns per byte, each call of a run of %d, median of %d rounds (one buffer per size%s)"
+            "\n%s\n" % (calls, rounds, ", %s of other memory written first" % fmt_size(dirty)
+                         if dirty else "", reference())
+            + _common.table(head, rows))
+
+
+def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> str:
+    """One buffer per size cleared `calls` times back to back: auto (a fresh
+    learner each run) against the temporal routine, in turn; what auto's
+    checks did."""
+    th = cp.thresholds()
+    if not cp.adaptive():
+        return "adaptive auto is off here (CLEARPAGES_ADAPT=0 or no band)"
+    rows = []
+    other, write_other = _dirtier(dirty)
+    try:
+        for size in sizes:
+            buf = Buffer(size)
+            try:
+                fns = {"auto": _common.clear_fn("auto", buf),
+                       th.temporal: _common.clear_fn(th.temporal, buf)}
+                times: dict[str, list[float]] = {k: [] for k in fns}
+                out = streamed = 0
+                for r in range(runs):
+                    for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                        fn = fns[name]
+                        _adapt.reset()
+                        write_other()
+                        t0 = time.perf_counter()
+                        for _ in range(calls):
+                            fn()
+                        times[name].append(time.perf_counter() - t0)
+                        if name == "auto":
+                            got = [x for x in _adapt.learned(size.bit_length() - 1)
+                                   if x.context == 1]
+                            out += bool(got and got[0].comparisons)
+                            streamed += bool(got and got[0].method == th.streaming)
+                a, t = (statistics.median(times[k]) for k in fns)
+                del fn
+                fns.clear()             # they hold views of buf
+                rows.append([fmt_size(size), "%.1f" % (a * 1e3), "%.1f" % (t * 1e3),
+                             "%.2f" % (t / a), "%d of %d" % (out, runs),
+                             "%d of %d" % (streamed, runs)])
+            finally:
+                buf.close()
+    finally:
+        if other is not None:
+            other.close()
+    head = ["size", "auto ms", th.temporal + " ms", "auto speed (x %s)" % th.temporal,
+            "taken out of the cache", "ended streaming"]
+    return ("one buffer cleared %d times back to back, %d runs each in turn, medians%s\n%s\n"
+            % (calls, runs, ", %s of other memory written before each run" % fmt_size(dirty)
+               if dirty else "", reference())
+            + _common.table(head, rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,16 +157,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="+", type=_common.size_arg)
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--dirty", type=_common.size_arg, default=0,
+                    help="other memory to write before each round or run (default 0)")
+    ap.add_argument("--held", type=int, default=0, metavar="CALLS",
+                    help="instead: auto on one buffer cleared CALLS times back to back")
+    ap.add_argument("--runs", type=int, default=10, help="--held: runs per candidate")
     a = ap.parse_args(argv)
+    sizes = a.sizes or [_common.size_arg(s) for s in SIZES]
     print(_common.machine_label())
     print()
-    print(run(a.sizes or [_common.size_arg(s) for s in SIZES], a.calls, a.rounds))
+    if a.held:
+        print(held(sizes, a.held, a.runs, a.dirty))
+    else:
+        print(run(sizes, a.calls, a.rounds, a.dirty))
     return 0
 
 
 def test_refill_quick():
-    text = run([2 * MiB], calls=3, rounds=2)
+    text = run([2 * MiB], calls=3, rounds=2, dirty=4 * MiB)
     assert ("2MiB" in text and "after" in text) or "no streaming routine" in text
+
+
+def test_held_quick():
+    text = held([4 * MiB], calls=20, runs=2, dirty=4 * MiB)
+    assert ("4MiB" in text and "taken out" in text) or "adaptive auto is off" in text
 
 
 if __name__ == "__main__":
