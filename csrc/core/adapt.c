@@ -91,16 +91,20 @@ enum {
  * times a streaming clear (a cached buffer's ordinary-store clear costs
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
 #define CHECK_MARGIN 1.25
+#define CHECK_VOTE 2            /* of the latest CHECK_KEEP checks, slow: out of the cache */
+#define CHECK_KEEP 3
 /* ... and a held one's (above recent_max, up to held_max) when it costs
  * more than 1.05 times a streaming clear: such a buffer stays in the cache
  * only where the machine leaves one program most of the L3, and where it
  * does not, its ordinary-store clear costs 1.1-1.2 times a streaming one
  * (the Zen 4 guest's profile at 16-32 MiB), and streaming wins.  Where it
- * stays (0.75-0.9 times streaming on a Zen 5 guest at 20-30 MiB), 2-8% of
+ * stays (0.75-0.9 times streaming on a Zen 5 guest at 20-30 MiB), 1-11% of
  * its clears still cost more than 1.05 times streaming, in bursts (the
  * host's other tenants share the L3), so a held buffer is taken out of the
- * cache on 3 of its latest 5 checks, not 2 of 3 (HELD_VOTE). */
+ * cache on 3 of its latest 5 checks, not 2 of 3. */
 #define HELD_MARGIN 1.05
+#define HELD_VOTE 3
+#define HELD_KEEP 5
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -165,8 +169,8 @@ struct ctx_state {
     int refilling;              /* held: check_left waits out the refill after the
                                    buffer's clear outside the window (choose) */
     /* Under the lock: */
-    uint32_t check_hist;        /* cached: the latest checks (3, held: 5), a bit
-                                   each, 1: slower than streaming */
+    uint32_t check_hist;        /* cached: the latest checks (CHECK_KEEP, held:
+                                   HELD_KEEP), a bit each, 1: slower than streaming */
     int evicted;                /* the checks found a recent buffer out of the cache:
                                    this context is timed, not taken as cached */
     uint32_t overruled;         /* comparisons that undid that, in a row: the checks
@@ -825,7 +829,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             int t = CP_ADAPT_TEMPORAL;
             uint32_t t_last = (s->first == t ? 0 : s->len[!t]) + s->len[t] - 1;
             int held = ctx && n > params.recent_max && n <= cached_most;
-            if (s->refill && s->pos == t_last && s->len[t] < (held ? REFILL_HELD : REFILL_BLOCK)) {
+            uint32_t longest = held ? REFILL_HELD : REFILL_BLOCK;
+            if (s->refill && s->pos == t_last && s->len[t] < longest) {
                 /* The temporal block's last call as planned: one more
                  * while the buffer is still coming back into the cache:
                  * its latest clear cost refill_gain less than the one
@@ -1139,9 +1144,9 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
 
 /* A check of a cached context's clear (cached_call): ordinary stores that
  * cost more than a streaming clear does (stream_ns_per_byte) did not find
- * the buffer in the cache.  In 2 of its latest 3 checks (a held buffer's:
- * 3 of 5, HELD_MARGIN): the context is timed from now on, starting with a
- * comparison. */
+ * the buffer in the cache.  In CHECK_VOTE of its latest CHECK_KEEP checks
+ * (a held buffer's: HELD_VOTE of HELD_KEEP, against HELD_MARGIN): the
+ * context is timed from now on, starting with a comparison. */
 static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t end_ns)
 {
     if (pthread_mutex_trylock(&lock) != 0)
@@ -1151,9 +1156,9 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
         double x = per_byte(start_ns, end_ns, n);
         int held = n > params.recent_max;
         double margin = held ? HELD_MARGIN : CHECK_MARGIN;
-        s->check_hist = (s->check_hist << 1
-                         | (x > margin * params.stream_ns_per_byte)) & (held ? 31 : 7);
-        if (__builtin_popcount(s->check_hist) >= (held ? 3 : 2)) {
+        uint32_t keep = (1u << (held ? HELD_KEEP : CHECK_KEEP)) - 1;
+        s->check_hist = (s->check_hist << 1 | (x > margin * params.stream_ns_per_byte)) & keep;
+        if (__builtin_popcount(s->check_hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
             drain_quiet(s);
             init_context(s, n, ctx);
             STORE(s->evicted, 1);
