@@ -41,7 +41,7 @@ from typing import Callable
 import _common
 from _common import Buffer, MiB, cp, fmt_size
 
-from clearpages import _adapt
+from clearpages.tools.lowlevel import adapt
 
 SIZES = ("1536K", "3M", "6M", "8M", "12M", "16M", "24M")
 
@@ -57,9 +57,9 @@ def _dirtier(nbytes: int) -> tuple[Buffer | None, Callable[[], object]]:
 
 def reference() -> str:
     th = cp.thresholds()
-    ref = _adapt.stream_cost(th.streaming)
+    ref = adapt.stream_cost(th.streaming)
     return ("the learner's streaming reference in this process: %.4f ns per byte (%s, a %s "
-            "buffer)" % (ref, th.streaming, fmt_size(_adapt.STREAM_PROBE))) if ref else ""
+            "buffer)" % (ref, th.streaming, fmt_size(adapt.STREAM_PROBE))) if ref else ""
 
 
 def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> str:
@@ -122,14 +122,14 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> 
                 for r in range(runs):
                     for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
                         fn = fns[name]
-                        _adapt.reset()
+                        adapt.reset()
                         write_other()
                         t0 = time.perf_counter()
                         for _ in range(calls):
                             fn()
                         times[name].append(time.perf_counter() - t0)
                         if name == "auto":
-                            got = [x for x in _adapt.learned(size.bit_length() - 1)
+                            got = [x for x in adapt.learned(size.bit_length() - 1)
                                    if x.context == 1]
                             out += bool(got and got[0].comparisons)
                             streamed += bool(got and got[0].method == th.streaming)

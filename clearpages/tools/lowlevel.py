@@ -1,6 +1,8 @@
 """The library's inner handles that benchmarks time directly, under public
 names: the native module (``ffi``, ``lib``), the per-call extension
-(``fast``), the dispatch state, the routine table, the unit helpers.
+(``fast``), the dispatch state, the learner's view (``adapt``: what it
+learned, its streaming reference, forgetting), the routine table, the unit
+helpers.
 
 bench/ and the repro scripts time the routines themselves and the job
 machinery beside the public calls; they take those handles from here, so
@@ -10,7 +12,7 @@ following them.
 
 from __future__ import annotations
 
-from .. import _fast as fast
+from .. import _adapt as adapt, _fast as fast
 from .._dispatch import SLICE_NS, state
 from .._native import ffi, lib
 from .._policy import UNTOUCHED_MIN
@@ -22,6 +24,7 @@ __all__ = [
     "BY_NAME",
     "SLICE_NS",
     "UNTOUCHED_MIN",
+    "adapt",
     "fast",
     "ffi",
     "format_size",
