@@ -1,0 +1,184 @@
+"""Two builds of clearpages side by side on generated programs: a change
+to the learner, before and after, on programs it was not tuned on.
+
+Each source tree (a checkout, built in place: ``python setup.py build_ext
+--inplace``) runs each program in a process of its own, the two trees in
+turn (which goes first alternates by round and by program), every
+candidate interleaved inside the process as ``bench --programs`` runs them.
+A filter keeps the phases a change is about (``--places``: where the
+buffers are; ``--largest LO HI``: the phase's largest buffer in (LO, HI];
+``--total``: its buffers adding up to no more than that); a program
+without such a phase is left out.  Per phase and tree, auto's time over
+the phase's best fixed candidate (the one with the lowest median over both
+trees) and the faster of ``numpy.fill`` and ``ctypes.memset`` over auto,
+each the median over rounds of the per-round ratio; then, per tree, their
+median, geometric mean and the phases below 0.9, and the phases that moved
+most between the trees.
+
+    python bench/bench_ab.py BEFORE AFTER --seed S [--programs 200] [--rounds 3]
+        [--places several threads] [--largest 2M 32M] [--total 40M] [--json FILE]
+
+Single phases move by up to 0.15 between two runs of one build here:
+compare the summaries, over many phases, not one phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import _common
+
+FIXED = ("numpy.fill", "ctypes.memset", "rep_stosb")
+PLACES = ("one", "walk", "several", "hot+pool", "threads")
+
+
+def _keep(sizes: list[int], place: str, a: argparse.Namespace) -> bool:
+    lo, hi = a.largest
+    return (place in a.places and lo < max(sizes) <= hi
+            and (not a.total or sum(sizes) <= a.total))
+
+
+def worker(a: argparse.Namespace) -> int:
+    """In the tree's own process: the kept phases of the listed programs,
+    once, every candidate; their times as JSON on stdout."""
+    import dataclasses
+
+    import clearpages as cp
+    from clearpages.tools import generated as G, phased as P
+    th = cp.thresholds()
+    cands = ["auto", *FIXED, th.streaming]
+    progs = []
+    for i in a.worker:
+        p = G.generate(a.seed, i, cp.cpu().last_cache)
+        keep = tuple(ph for ph in p.phases if _keep(list(p.sizes(ph)), ph.place, a))
+        progs.append(dataclasses.replace(p, phases=keep))
+    res = P.run(progs, cands, rounds=1)
+    json.dump([{"name": r.program.name, "times": {c: r.times[c][0] for c in cands},
+                "phases": [[ph.place, list(r.program.sizes(ph)), ph.calls, ph.work]
+                           for ph in r.program.phases]} for r in res], sys.stdout)
+    return 0
+
+
+def _geo(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def judge(runs: dict[str, list[dict[str, Any]]], trees: list[str]) -> str:
+    """The per-phase ratios of each tree, summarised."""
+    by: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for t in trees:
+        for x in runs[t]:
+            by.setdefault(x["name"], {}).setdefault(t, []).append(x)
+    ratio: dict[str, list[float]] = {t: [] for t in trees}
+    vs_libc: dict[str, list[float]] = {t: [] for t in trees}
+    moved = []
+    for name, per in sorted(by.items()):
+        if any(t not in per for t in trees):
+            continue
+        for k, ph in enumerate(per[trees[0]][0]["phases"]):
+            fixed = [c for c in per[trees[0]][0]["times"] if c != "auto"]
+            best = min(fixed, key=lambda c: statistics.median(
+                x["times"][c][k] for t in trees for x in per[t]))
+            got = []
+            for t in trees:
+                r = statistics.median(x["times"][best][k] / x["times"]["auto"][k]
+                                      for x in per[t])
+                f = statistics.median(min(x["times"]["numpy.fill"][k],
+                                          x["times"]["ctypes.memset"][k])
+                                      / x["times"]["auto"][k] for x in per[t])
+                ratio[t].append(r)
+                vs_libc[t].append(f)
+                got.append(r)
+            what = "%s/%d %s %s x%d %s (best %s)" % (
+                name, k, ph[0], "+".join(_common.fmt_size(n) for n in ph[1]), ph[2],
+                ph[3], best)
+            moved.append((got[-1] - got[0], what, got))
+    rows = []
+    for t in trees:
+        xs, fs = ratio[t], vs_libc[t]
+        if not xs:
+            continue
+        rows.append([t, str(len(xs)), "%.3f" % statistics.median(xs), "%.3f" % _geo(xs),
+                     str(sum(x < 0.9 for x in xs)), "%.2f" % min(xs),
+                     "%.3f" % statistics.median(fs), "%.3f" % _geo(fs),
+                     str(sum(x < 0.9 for x in fs)), "%.2f" % min(fs)])
+    head = ["tree", "phases", "auto/best median", "geo", "<0.9", "worst",
+            "libc/auto median", "geo", "<0.9", "worst"]
+    out = [_common.table(head, rows)]
+    moved.sort()
+    if moved:
+        out.append("\nmoved most (auto/best, %s):" % " -> ".join(trees))
+        for d, what, got in moved[:6] + moved[-6:] if len(moved) > 12 else moved:
+            out.append("  %+.2f  %s  %s" % (d, " -> ".join("%.2f" % g for g in got), what))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trees", nargs="*", help="two source trees, built in place")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--programs", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--places", nargs="+", choices=PLACES, default=list(PLACES))
+    ap.add_argument("--largest", nargs=2, type=_common.size_arg, default=[0, 1 << 62],
+                    metavar=("LO", "HI"))
+    ap.add_argument("--total", type=_common.size_arg, default=0)
+    ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--worker", nargs="+", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return worker(a)
+    if len(a.trees) != 2:
+        ap.error("name two source trees")
+    trees = [str(Path(t).resolve()) for t in a.trees]
+    import clearpages as cp
+    from clearpages.tools import generated as G
+    l3 = cp.cpu().last_cache
+    idxs = [i for i, p in enumerate(G.corpus(a.seed, a.programs, l3))
+            if any(_keep(list(p.sizes(ph)), ph.place, a) for ph in p.phases)]
+    print("seed %d: %d of %d programs have such a phase" % (a.seed, len(idxs), a.programs),
+          flush=True)
+    flags = ["--seed", str(a.seed), "--places", *a.places,
+             "--largest", *(str(x) for x in a.largest), "--total", str(a.total)]
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
+    for r in range(a.rounds):
+        for i in idxs:
+            order = trees if (r + i) % 2 == 0 else trees[::-1]
+            for t in order:
+                env = dict(os.environ, PYTHONPATH=t)
+                p = subprocess.run([sys.executable, __file__, *flags, "--worker", str(i)],
+                                   env=env, capture_output=True, text=True, check=False)
+                if p.returncode:
+                    sys.stderr.write(p.stderr[-3000:])
+                    return 1
+                runs[t] += json.loads(p.stdout)
+        print("round %d of %d done" % (r + 1, a.rounds), flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps({"seed": a.seed, "trees": trees, "runs": runs}))
+    print(judge(runs, trees))
+    return 0
+
+
+def test_ab_quick(tmp_path: Path) -> None:
+    """The same tree twice, two small programs' one-buffer phases, one
+    round: both sides judged, every ratio positive."""
+    root = str(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "ab.json"
+    assert main([root, root, "--seed", "7", "--programs", "6", "--rounds", "1",
+                 "--places", "one", "--largest", "0", "256K", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["runs"][root], "no program of seed 7 kept"
+    for x in data["runs"][root]:
+        assert all(all(v > 0 for v in t) for t in x["times"].values())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
