@@ -3,7 +3,8 @@
 In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
 clear with ``method="auto"`` asks the learner which store to use.  Per size
 class (powers of two) and context (a buffer cleared within the last
-last-level cache's worth of clears, "recent", or not, "other"), the learner
+last-level cache's worth of clears, or a large one whose distinct buffers
+cleared since fit in it, "recent"; or not, "other"), the learner
 runs ordinary stores for a recent buffer small enough to be in the cache,
 and streaming stores for a buffer as large as the cache or larger, untimed;
 everything else starts on a safe role and is timed by paired comparison of
@@ -51,7 +52,8 @@ START = {
 LEARNED = {
     lib.CP_LEARNED_FIRST: "nothing compared yet: {start}",
     lib.CP_LEARNED_CACHED: (
-        "cleared within the last {reuse} of clears and no larger than {recent_max}, so still "
+        "cleared within the last {reuse} of clears (each large buffer cleared since counted "
+        "once) and no larger than {recent_max}, so still "
         "in the cache: ordinary stores keep it there for the program, untimed (a clear now "
         "and then timed alone, to check)"),
     lib.CP_LEARNED_COMPARING: (
@@ -76,7 +78,8 @@ LEARNED = {
 #: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as
 #: cached while its checks find it in the cache (held_max).
 HELD = (
-    "cleared within the last {reuse} of clears, and its clears, timed alone now and then, "
+    "cleared within the last {reuse} of clears (each large buffer cleared since counted "
+    "once), and its clears, timed alone now and then, "
     "cost no more than 1.05x a streaming clear in at least 3 of the latest 5: in the cache "
     "here, although larger than {recent_max}, so ordinary stores keep it there for the "
     "program, untimed (3 checks that find it slower hand it to a comparison)")

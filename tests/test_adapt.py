@@ -979,6 +979,43 @@ def test_the_untimed_path_keeps_the_books(learner):
     assert stat(14, RECENT).calls == 4999 + 1 + 100 + 1
 
 
+def test_a_large_buffer_is_recent_by_the_distinct_bytes_cleared_since(learner):
+    """A buffer cleared again and again between two clears of a large one
+    is in the cache once: two buffers of 19 and 8 MiB in random order fit a
+    32 MiB cache, although two clears of the 8 MiB one between two of the
+    19 MiB one make 35 MiB of clears.  The learner counts the large buffers
+    (a 64th of the reuse window or more) once each since the buffer's
+    previous clear, the smaller clears one by one; past the 8 latest
+    distinct large buffers, every clear counts again."""
+    learner(reuse=32 * MiB)
+    a, b, c = (ffi.cast("void *", 0x7F0000000000 - k * 0x100000000) for k in range(3))
+    recent = lib.cp_adapt_recent
+    recent(a, 19 * MiB)
+    recent(b, 8 * MiB)
+    recent(b, 8 * MiB)
+    assert recent(a, 19 * MiB) == 1         # 8 + 19 distinct, 35 cleared
+    recent(b, 8 * MiB)
+    recent(c, 8 * MiB)
+    assert recent(a, 19 * MiB) == 0         # 8 + 8 + 19: more than the window
+    small = ffi.cast("void *", 0x7A0000000000)
+    for _ in range(60):                     # 15 MiB of clears of one small buffer
+        recent(small, 256 * KiB)
+    assert recent(a, 19 * MiB) == 0         # ... each counted
+    # Untimed calls of one buffer cleared back to back (the fast slot) too.
+    n = 8 * MiB
+    prog = Program()
+    prog.step(19 * MiB, int(ffi.cast("uintptr_t", a)))
+    prog.loop(n, 50, addr=int(ffi.cast("uintptr_t", b)))
+    assert context(lib.cp_adapt_choose(19 * MiB, a)) == RECENT
+    # Past the stack: 8 other large buffers, each cleared 4 times.
+    recent(a, 4 * MiB)
+    others = [ffi.cast("void *", 0x700000000000 + k * 0x10000000) for k in range(8)]
+    for _ in range(4):
+        for o in others:
+            recent(o, 1 * MiB)
+    assert recent(a, 4 * MiB) == 0
+
+
 def test_every_call_is_timed_with_sampling_off(learner):
     learner(sample_bytes=0, recent_max=0)
     prog = Program()
@@ -1358,10 +1395,11 @@ def test_recent_tells_a_buffer_cleared_lately_and_remembers_each_clear(learner):
     call is remembered; NULL only asks whether the size can be recent; -1
     when adaptation is off."""
     learner(lo=16 * KiB, reuse=4 * MiB)
-    a, b = ffi.cast("void *", 0x7F0000000000), ffi.cast("void *", 0x7E0000000000)
+    a = ffi.cast("void *", 0x7F0000000000)
+    others = [ffi.cast("void *", 0x7E0000000000 + k * 0x10000000) for k in range(4)]
     assert lib.cp_adapt_recent(a, 1 * MiB) == 0
     assert lib.cp_adapt_recent(a, 1 * MiB) == 1
-    for _ in range(4):              # 4 MiB of other clears: a is no longer recent
+    for b in others:                # 4 MiB of other buffers: a is no longer recent
         lib.cp_adapt_recent(b, 1 * MiB)
     assert lib.cp_adapt_recent(a, 1 * MiB) == 0
     assert lib.cp_adapt_recent(ffi.NULL, 4 * MiB) == 1

@@ -24,6 +24,9 @@
 
 enum {
     SEEN = 512,                 /* slots of the address table */
+    STACK = 8,                  /* the latest distinct large buffers, remembered in
+                                   order (is_recent) */
+    STACK_DIVISOR = 64,         /* ... large: reuse_bytes / this or more */
     WINDOW = 7,                 /* clear times kept per role, for plan() and info */
     KEEP = 64,                  /* pairs a comparison keeps for its medians */
     PAIRS_CAP = 512,            /* the most pairs a comparison runs */
@@ -182,6 +185,14 @@ struct seen {
     uint64_t clock;             /* byte_clock when its last clear was chosen */
 };
 
+/* A large buffer's latest clear, for the distinct bytes cleared since. */
+struct stacked {
+    uintptr_t addr;
+    size_t n;
+    uint64_t clock;             /* byte_clock after it */
+    uint64_t large;             /* large_clock after it */
+};
+
 /* Written under `lock`; the band is also read without it (relaxed atomics). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_adapt_params params;
@@ -193,6 +204,13 @@ static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
 static struct seen seen[SEEN];      /* relaxed atomics: read without the lock */
 static uint64_t byte_clock;
+/* The latest STACK distinct large buffers cleared (stack_min or more), the
+ * most recent first, and the bytes of all large clears (large_clock), under
+ * stack_lock: is_recent's second opinion, by distinct bytes. */
+static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stacked stack[STACK];
+static uint64_t large_clock;
+static size_t stack_min;
 /* The latest band call that was looked up in the address table. */
 static struct {
     uintptr_t addr;
@@ -240,15 +258,18 @@ static uint32_t spans_open;
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&stack_lock);
 }
 
 static void fork_parent(void)
 {
+    pthread_mutex_unlock(&stack_lock);
     pthread_mutex_unlock(&lock);
 }
 
 static void fork_child(void)
 {
+    pthread_mutex_init(&stack_lock, NULL);
     pthread_mutex_init(&lock, NULL);
 }
 
@@ -291,6 +312,11 @@ static void forget(void)
     fast_owner = NULL;
     fast_checked = 0;
     byte_clock = 0;
+    pthread_mutex_lock(&stack_lock);
+    memset(stack, 0, sizeof stack);
+    large_clock = 0;
+    stack_min = params.reuse_bytes / STACK_DIVISOR ? params.reuse_bytes / STACK_DIVISOR : 1;
+    pthread_mutex_unlock(&stack_lock);
     rng = params.seed ? params.seed : 1;
     STORE(generation, generation + 1);
     STORE(spans_open, 0);
@@ -385,11 +411,52 @@ static struct seen *slot_of(uintptr_t a)
     return &seen[(uint64_t)(a >> 6) * 0x9E3779B97F4A7C15ull >> 55];
 }
 
+/* A large buffer's clear (stack_min or more), on the stack of the latest
+ * distinct ones: 1 when the distinct bytes cleared since its previous clear
+ * and its own n come to no more than reuse.  The byte clock counts every
+ * clear, so a buffer cleared again and again between two clears of this
+ * one counts again and again, although the cache holds it once: two
+ * buffers of 19 and 8 MiB cleared in random order, 27 MiB in a 32 MiB
+ * cache, are both in it, while two clears of the 8 MiB one between two of
+ * the 19 MiB one make 35 MiB on the clock.  The stack counts each large
+ * buffer once; the smaller clears since (below stack_min, not on it) are
+ * taken from the clocks, each clear counted, as before.  A buffer not on
+ * the stack (STACK others since, or never) gets 0: the byte clock decides. */
+static int stack_recent(uintptr_t a, size_t n, uint64_t before, size_t reuse)
+{
+    /* A try-lock: a call that finds the stack busy (another thread's clear
+     * on it) is left off it, and the byte clock counts it like a small
+     * clear, every time: more bytes since, never fewer. */
+    if (pthread_mutex_trylock(&stack_lock))
+        return 0;
+    uint64_t large_before = large_clock;
+    large_clock = large_before + n;
+    size_t above = 0;
+    int i = 0;
+    while (i < STACK && stack[i].addr != a)
+        above += stack[i++].n;
+    int hit = 0;
+    if (i < STACK) {
+        /* (Lost updates of the byte clock by racing calls can leave it
+         * behind an entry's: then nothing is known, and the clock decides.) */
+        uint64_t all = before - stack[i].clock, large = large_before - stack[i].large;
+        hit = before >= stack[i].clock && all >= large && all - large <= reuse
+              && (uint64_t)above + (all - large) + n <= reuse;
+    }
+    for (int j = i < STACK ? i : STACK - 1; j > 0; j--)
+        stack[j] = stack[j - 1];
+    stack[0] = (struct stacked){a, n, before + n, large_before + n};
+    pthread_mutex_unlock(&stack_lock);
+    return hit;
+}
+
 /* 1 when addr was cleared within the last reuse_bytes of band clears
  * (this clear's own n included); remembers addr either way, in its slot of
  * the table (a clear of another address hashed there forgets it: a
  * mistaken "other" now and then, never a mistaken "recent").  Without the
- * lock: racing calls may lose an update, which costs one such mistake. */
+ * lock: racing calls may lose an update, which costs one such mistake.  A
+ * large buffer also counts as recent where the distinct bytes cleared since
+ * its previous clear fit (stack_recent). */
 static int is_recent(const void *addr, size_t n)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -400,6 +467,8 @@ static int is_recent(const void *addr, size_t n)
         return 0;
     struct seen *e = slot_of(a);
     int hit = LOAD(e->addr) == a && before - LOAD(e->clock) + n <= reuse;
+    if (n >= LOAD(stack_min) && stack_recent(a, n, before, reuse))
+        hit = 1;
     STORE(e->addr, a);
     STORE(e->clock, now);
     STORE(last.addr, a);
@@ -432,11 +501,22 @@ static void flush_fast(void)
         __atomic_fetch_add(&owner->check_left, left, __ATOMIC_RELAXED);
     if (!ran || !a)
         return;
-    uint64_t now = LOAD(byte_clock) + (uint64_t)ran * LOAD(f->n);
+    size_t n = LOAD(f->n);
+    uint64_t now = LOAD(byte_clock) + (uint64_t)ran * n;
     STORE(byte_clock, now);
     struct seen *e = slot_of(a);
     if (LOAD(e->addr) == a)
         STORE(e->clock, now);
+    if (n >= LOAD(stack_min)) {
+        /* The same buffer again: on the large clock too, and still on top
+         * (busy: counted as small clears, and its entry older, as above). */
+        if (!pthread_mutex_trylock(&stack_lock)) {
+            large_clock += (uint64_t)ran * n;
+            if (stack[0].addr == a)
+                stack[0] = (struct stacked){a, n, now, large_clock};
+            pthread_mutex_unlock(&stack_lock);
+        }
+    }
     if (owner)
         __atomic_fetch_add(&owner->quiet_ran, ran, __ATOMIC_RELAXED);
 }

@@ -5,7 +5,9 @@
  *
  * The context is the buffer's history, told by its address without a
  * clock: "recent" when it was cleared within the last reuse_bytes of band
- * clears (a last-level cache's worth), "other" when not.  A recent buffer
+ * clears (a last-level cache's worth), or, for a large buffer, when the
+ * distinct buffers cleared since (the latest large ones counted once each,
+ * the small clears one by one) and it fit in reuse_bytes; "other" when not.  A recent buffer
  * up to recent_max is in the cache, and ordinary stores keep it there for
  * the program; a buffer as large as reuse_bytes or larger never is (the
  * cache holds the program's other data too), and ordinary stores would
@@ -18,9 +20,10 @@
  * checks, the buffer was not in the cache after all (the program's other
  * buffers, its reads or a sleep emptied it), and its context is timed
  * from then on like any other.  A recent buffer above recent_max and below
- * reuse_bytes (up to held_max) is held so too, checked strictly (a clear
- * that costs more than a streaming one at all counts against it): how much
- * of the cache one program keeps is the machine's, and its neighbours'.
+ * reuse_bytes (up to held_max) is held so too, on its own vote (3 of its
+ * latest 5 checks above 1.05x a streaming clear; its checks wait out the
+ * refill after a clear of it outside the window): how much of the cache
+ * one program keeps is the machine's, and its neighbours'.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
