@@ -36,6 +36,7 @@ import argparse
 import ctypes
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Callable
 
 import _common
@@ -46,13 +47,23 @@ from clearpages.tools.lowlevel import adapt
 SIZES = ("1536K", "3M", "6M", "8M", "12M", "16M", "24M")
 
 
-def _dirtier(nbytes: int) -> tuple[Buffer | None, Callable[[], object]]:
-    """A buffer of nbytes and a call that writes it all (ordinary stores):
-    the L3 full of other dirty data.  (None, a no-op) for 0."""
-    if not nbytes:
-        return None, lambda: None
-    other = Buffer(nbytes)
-    return other, lambda: ctypes.memset(other.address, 1, other.size)
+def _buffers(sizes: list[int], dirty: int) -> Iterator[tuple[int, Buffer, Callable[[], object]]]:
+    """(size, a buffer of it, a call that writes `dirty` bytes of other
+    memory with ordinary stores: the L3 full of other dirty data; a no-op
+    for 0) for each size, each buffer closed once the caller moves on."""
+    other = Buffer(dirty) if dirty else None
+    write_other: Callable[[], object] = (
+        (lambda: ctypes.memset(other.address, 1, other.size)) if other else (lambda: None))
+    try:
+        for size in sizes:
+            buf = Buffer(size)
+            try:
+                yield size, buf, write_other
+            finally:
+                buf.close()
+    finally:
+        if other is not None:
+            other.close()
 
 
 def reference() -> str:
@@ -68,33 +79,24 @@ def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> s
     if streaming not in cp.methods():
         return "no streaming routine usable here (%s)" % streaming
     rows = []
-    other, write_other = _dirtier(dirty)
-    try:
-        for size in sizes:
-            buf = Buffer(size)
-            try:
-                t_fn = _common.direct_fn(temporal, buf)
-                s_fn = _common.direct_fn(streaming, buf)
-                after_s: list[list[float]] = [[] for _ in range(calls)]
-                after_t: list[list[float]] = [[] for _ in range(calls)]
-                for _ in range(rounds):
-                    write_other()
-                    s_fn()
-                    for fn, out in ((t_fn, after_s), (s_fn, after_t)):
-                        for k in range(calls):
-                            t0 = time.perf_counter_ns()
-                            fn()
-                            out[k].append((time.perf_counter_ns() - t0) / size)
-                for name, col in ((temporal + " after " + streaming, after_s),
-                                  (streaming + " after " + temporal, after_t)):
-                    med = [statistics.median(c) for c in col]
-                    rows.append([fmt_size(size) if col is after_s else "", name]
-                                + ["%.4f" % m for m in med])
-            finally:
-                buf.close()
-    finally:
-        if other is not None:
-            other.close()
+    for size, buf, write_other in _buffers(sizes, dirty):
+        t_fn = _common.direct_fn(temporal, buf)
+        s_fn = _common.direct_fn(streaming, buf)
+        after_s: list[list[float]] = [[] for _ in range(calls)]
+        after_t: list[list[float]] = [[] for _ in range(calls)]
+        for _ in range(rounds):
+            write_other()
+            s_fn()
+            for fn, out in ((t_fn, after_s), (s_fn, after_t)):
+                for k in range(calls):
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    out[k].append((time.perf_counter_ns() - t0) / size)
+        for name, col in ((temporal + " after " + streaming, after_s),
+                          (streaming + " after " + temporal, after_t)):
+            med = [statistics.median(c) for c in col]
+            rows.append([fmt_size(size) if col is after_s else "", name]
+                        + ["%.4f" % m for m in med])
     head = ["size", "calls in a row"] + [str(k + 1) for k in range(calls)]
     return ("ns per byte, each call of a run of %d, median of %d rounds (one buffer per size%s)"
             "\n%s\n" % (calls, rounds, ", %s of other memory written first" % fmt_size(dirty)
@@ -110,40 +112,29 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> 
     if not cp.adaptive():
         return "adaptive auto is off here (CLEARPAGES_ADAPT=0 or no band)"
     rows = []
-    other, write_other = _dirtier(dirty)
-    try:
-        for size in sizes:
-            buf = Buffer(size)
-            try:
-                fns = {"auto": _common.clear_fn("auto", buf),
-                       th.temporal: _common.clear_fn(th.temporal, buf)}
-                times: dict[str, list[float]] = {k: [] for k in fns}
-                out = streamed = 0
-                for r in range(runs):
-                    for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                        fn = fns[name]
-                        adapt.reset()
-                        write_other()
-                        t0 = time.perf_counter()
-                        for _ in range(calls):
-                            fn()
-                        times[name].append(time.perf_counter() - t0)
-                        if name == "auto":
-                            got = [x for x in adapt.learned(size.bit_length() - 1)
-                                   if x.context == 1]
-                            out += bool(got and got[0].comparisons)
-                            streamed += bool(got and got[0].method == th.streaming)
-                a, t = (statistics.median(times[k]) for k in fns)
-                del fn
-                fns.clear()             # they hold views of buf
-                rows.append([fmt_size(size), "%.1f" % (a * 1e3), "%.1f" % (t * 1e3),
-                             "%.2f" % (t / a), "%d of %d" % (out, runs),
-                             "%d of %d" % (streamed, runs)])
-            finally:
-                buf.close()
-    finally:
-        if other is not None:
-            other.close()
+    for size, buf, write_other in _buffers(sizes, dirty):
+        fns = {"auto": _common.clear_fn("auto", buf),
+               th.temporal: _common.clear_fn(th.temporal, buf)}
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        out = streamed = 0
+        for r in range(runs):
+            for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                fn = fns[name]
+                adapt.reset()
+                write_other()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                times[name].append(time.perf_counter() - t0)
+                if name == "auto":
+                    got = [x for x in adapt.learned(size.bit_length() - 1) if x.context == 1]
+                    out += bool(got and got[0].comparisons)
+                    streamed += bool(got and got[0].method == th.streaming)
+        a, t = (statistics.median(times[k]) for k in fns)
+        del fn
+        fns.clear()                     # they hold views of buf
+        rows.append([fmt_size(size), "%.1f" % (a * 1e3), "%.1f" % (t * 1e3), "%.2f" % (t / a),
+                     "%d of %d" % (out, runs), "%d of %d" % (streamed, runs)])
     head = ["size", "auto ms", th.temporal + " ms", "auto speed (x %s)" % th.temporal,
             "taken out of the cache", "ended streaming"]
     return ("one buffer cleared %d times back to back, %d runs each in turn, medians%s\n%s\n"

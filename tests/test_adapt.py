@@ -402,6 +402,18 @@ def since_streaming(prog: Program) -> int:
     return k
 
 
+def held_run(n: int, seed: int, calls: int, factor) -> Program:
+    """A fresh learner, one buffer of n cleared calls times back to back:
+    call i's ordinary-store clear costs factor(i, k) times a streaming
+    clear, k its ordinary-store clears since the latest streaming one."""
+    lib.cp_adapt_reset()
+    prog = Program(seed=seed)
+    for i in range(calls):
+        x = factor(i, since_streaming(prog))
+        prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+    return prog
+
+
 # How a buffer near the L3's size comes back into the cache cleared with
 # ordinary stores after a streaming clear pushed it out (times a streaming
 # clear): the Zen 5 guest's shape at 24 MiB, and at 30 MiB where the L3
@@ -422,12 +434,7 @@ def test_a_held_buffer_coming_back_into_the_cache_is_not_taken_for_one_it_leaves
     held(learner)
     n = 24 * MiB
     for seed in range(5):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        for _ in range(300):
-            k = since_streaming(prog)
-            x = refill[k] if prog.roles and k < len(refill) else 0.75
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+        prog = held_run(n, seed, 300, lambda i, k: refill[k] if i and k < len(refill) else 0.75)
         st = stat(n.bit_length() - 1, RECENT)
         assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
         assert prog.roles[1:] == [T] * 299, seed
@@ -441,10 +448,7 @@ def test_a_held_buffer_outlasts_bursts_of_slow_checks(learner):
     compared."""
     held(learner)
     n = 28 * MiB
-    prog = Program(seed=11)
-    for i in range(600):
-        x = 1.3 if i >= 20 and i % 40 < 8 else 0.8
-        prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+    prog = held_run(n, 11, 600, lambda i, k: 1.3 if i >= 20 and i % 40 < 8 else 0.8)
     st = stat(n.bit_length() - 1, RECENT)
     assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0
     assert prog.roles[1:] == [T] * 599
@@ -461,12 +465,8 @@ def test_a_held_buffer_taken_out_by_a_burst_is_compared_past_its_refill(learner)
     held(learner)
     n = 28 * MiB
     for seed in range(3):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        for i in range(800):
-            k = since_streaming(prog)
-            x = 1.5 if 20 <= i < 32 else REFILL_LONG[k] if k < len(REFILL_LONG) else 0.8
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+        prog = held_run(n, seed, 800, lambda i, k: 1.5 if 20 <= i < 32
+                        else REFILL_LONG[k] if k < len(REFILL_LONG) else 0.8)
         st = stat(n.bit_length() - 1, RECENT)
         assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons >= 1, seed
         assert st.learned == lib.CP_LEARNED_CACHED and st.role == T, seed
