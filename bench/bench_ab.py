@@ -41,8 +41,8 @@ PLACES = ("one", "walk", "several", "hot+pool", "threads")
 
 
 def _keep(sizes: list[int], place: str, a: argparse.Namespace) -> bool:
-    lo, hi = a.largest
-    return (place in a.places and lo < max(sizes) <= hi
+    lo, hi = a.largest or (0, None)
+    return (place in a.places and lo < max(sizes) and (hi is None or max(sizes) <= hi)
             and (not a.total or sum(sizes) <= a.total))
 
 
@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--places", nargs="+", choices=PLACES, default=list(PLACES))
-    ap.add_argument("--largest", nargs=2, type=_common.size_arg, default=[0, 1 << 62],
-                    metavar=("LO", "HI"))
+    ap.add_argument("--largest", nargs=2, type=_common.size_arg, metavar=("LO", "HI"))
     ap.add_argument("--total", type=_common.size_arg, default=0)
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--worker", nargs="+", type=int, help=argparse.SUPPRESS)
@@ -146,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             if any(_keep(list(p.sizes(ph)), ph.place, a) for ph in p.phases)]
     print("seed %d: %d of %d programs have such a phase" % (a.seed, len(idxs), a.programs),
           flush=True)
-    flags = ["--seed", str(a.seed), "--places", *a.places,
-             "--largest", *(str(x) for x in a.largest), "--total", str(a.total)]
+    flags = ["--seed", str(a.seed), "--places", *a.places, "--total", str(a.total)]
+    if a.largest:
+        flags += ["--largest", *(str(x) for x in a.largest)]
     runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
     for r in range(a.rounds):
         for i in idxs:
