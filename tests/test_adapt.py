@@ -690,6 +690,26 @@ def test_a_cold_pool_cleared_and_left_streams_within_a_few_pairs(learner, n):
     assert prog.share(S, start + 12) == 1.0
 
 
+@pytest.mark.parametrize("dear, pairs", [(3.0, [2]), (1.3, range(4, 40))])
+def test_the_safe_role_winning_by_far_ends_its_comparison_after_two_pairs(
+        learner, dear, pairs):
+    """A large cold pool cleared and left alone, where streaming is the
+    safe role: ordinary stores three times dearer lose both of the first
+    two pairs by more than 1.5x, and the comparison ends there (two or
+    three dear calls: the call after a pair's last is chosen before that
+    one's cost is known; four or five with four pairs); 1.3 times dearer,
+    it runs the four pairs a verdict needs otherwise, or more."""
+    learner()
+    n = 16 * MiB
+    prog = Program(seed=6)
+    prog.walk(n, 100, cost=(dear / 34.0, 1 / 34.0))
+    st = stat(24, OTHER)
+    assert st.role == S and st.learned == lib.CP_LEARNED_STREAMING
+    assert st.comparisons == 1
+    assert st.pairs in pairs
+    assert st.pairs <= prog.roles.count(T) <= st.pairs + 1
+
+
 @pytest.mark.parametrize("n", [16 * KiB, 1 * MiB])
 def test_a_cold_buffer_used_next_keeps_ordinary_stores(learner, n):
     """Cold buffers, each read right after its clear: streaming clears

@@ -48,6 +48,8 @@ enum {
     FAST_RUN = 1 << 16,         /* untimed calls handed to the fast slot at once */
     CLIP_EVERY = 8,             /* the bounds are found again every this many pairs */
     REF_PAIRS = 3,              /* pairs before any is judged disturbed or counted */
+    EARLY_PAIRS = 2,            /* ... but this many, each won by streaming as the
+                                   safe role by EARLY_FACTOR, end the comparison */
     FUTILE_PAIRS = 6,           /* counted pairs from which a comparison whose mean
                                    favours the safe role ends on it */
     FIRST_LIKELY = 16,          /* a context's first calls, untimed, where its safe role
@@ -76,6 +78,18 @@ enum {
 #define Z_SIGN 2.0
 #define T_TEMPORAL 2.0
 #define T_TEMPORAL_FEW 6.0
+/* The early verdict of a safe streaming role (a buffer not cleared lately
+ * and larger than a quarter of the cache): where each of the first
+ * EARLY_PAIRS pairs found ordinary stores this many times dearer, the rest
+ * of the pairs would only pay that price again (a cold buffer of 16 MiB
+ * cleared with ordinary stores costs ~2.1 times a streaming clear on the
+ * Zen 5 guest, and leaves the next clears its dirty lines to write back).
+ * Only there: at such sizes a clear takes a millisecond or more, and the
+ * program's noise hardly moves a pair; for smaller buffers two pairs, a
+ * few microseconds each, can look 1.5x apart by chance (on generated
+ * programs, walks of 24-256 KiB lost up to 0.3 of their best with the
+ * early verdict on either safe role). */
+#define EARLY_FACTOR 1.5
 /* A span above DISTURBED times its role's typical one was disturbed: set
  * aside, not clipped (a preemption adds milliseconds to either role). */
 #define DISTURBED 4.0
@@ -1119,6 +1133,23 @@ static void count_pair(struct ctx_state *s, unsigned i)
     s->sumsq += c * c;
 }
 
+/* Is the safe role streaming, and did each of this comparison's first
+ * EARLY_PAIRS pairs find ordinary stores EARLY_FACTOR times dearer?  (Then
+ * they count as the comparison's pairs, for plan() and info.) */
+static int early_safe(struct ctx_state *s)
+{
+    if (s->safe != CP_ADAPT_STREAMING)
+        return 0;
+    for (unsigned i = 0; i < EARLY_PAIRS; i++)
+        if (!(-s->lr[i] > log(EARLY_FACTOR)))
+            return 0;
+    s->used = EARLY_PAIRS;
+    s->wins = 0;
+    for (unsigned i = 0; i < EARLY_PAIRS; i++)
+        s->wins += s->lr[i] < 0;
+    return 1;
+}
+
 /* A sample of role's cost (ln ns per byte) from a closed span. */
 static void sample(struct ctx_state *s, int role, double x, size_t n)
 {
@@ -1134,6 +1165,10 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
         s->lc[1][i] = (float)s->fill[1];
         s->ok[i] = 1;
         s->pairs++;
+        if (s->pairs == EARLY_PAIRS && early_safe(s)) {
+            settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
+            return;
+        }
         if (s->pairs < REF_PAIRS)
             return;             /* too few to tell a disturbed pair yet */
         unsigned k = s->pairs < KEEP ? s->pairs : KEEP;
