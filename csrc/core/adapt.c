@@ -90,6 +90,7 @@ enum {
  * programs, walks of 24-256 KiB lost up to 0.3 of their best with the
  * early verdict on either safe role). */
 #define EARLY_FACTOR 1.5
+_Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the reference pairs");
 /* A span above DISTURBED times its role's typical one was disturbed: set
  * aside, not clipped (a preemption adds milliseconds to either role). */
 #define DISTURBED 4.0
@@ -1133,20 +1134,16 @@ static void count_pair(struct ctx_state *s, unsigned i)
     s->sumsq += c * c;
 }
 
-/* Is the safe role streaming, and did each of this comparison's first
- * EARLY_PAIRS pairs find ordinary stores EARLY_FACTOR times dearer?  (Then
- * they count as the comparison's pairs, for plan() and info.) */
-static int early_safe(struct ctx_state *s)
+/* The early verdict: is the safe role streaming, and did each of this
+ * comparison's first EARLY_PAIRS pairs find ordinary stores EARLY_FACTOR
+ * times dearer? */
+static int early_streaming(const struct ctx_state *s)
 {
-    if (s->safe != CP_ADAPT_STREAMING)
+    if (s->pairs != EARLY_PAIRS || s->safe != CP_ADAPT_STREAMING)
         return 0;
     for (unsigned i = 0; i < EARLY_PAIRS; i++)
         if (!(-s->lr[i] > log(EARLY_FACTOR)))
             return 0;
-    s->used = EARLY_PAIRS;
-    s->wins = 0;
-    for (unsigned i = 0; i < EARLY_PAIRS; i++)
-        s->wins += s->lr[i] < 0;
     return 1;
 }
 
@@ -1165,12 +1162,15 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
         s->lc[1][i] = (float)s->fill[1];
         s->ok[i] = 1;
         s->pairs++;
-        if (s->pairs == EARLY_PAIRS && early_safe(s)) {
-            settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
+        if (s->pairs < REF_PAIRS) {
+            /* Too few to tell a disturbed pair yet, but they may be
+             * decisive enough (counted then, each won by streaming). */
+            if (early_streaming(s)) {
+                s->used = s->wins = s->pairs;
+                settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
+            }
             return;
         }
-        if (s->pairs < REF_PAIRS)
-            return;             /* too few to tell a disturbed pair yet */
         unsigned k = s->pairs < KEEP ? s->pairs : KEEP;
         if (s->pairs <= 16 || s->pairs % CLIP_EVERY == 0)
             refresh_bounds(s, k);

@@ -41,8 +41,9 @@
  * sleep, a wait or another process's time slice is none of what a role
  * costs).  Streaming as the safe role (a large buffer not cleared lately)
  * also ends a comparison after its first two pairs where ordinary stores
- * cost 1.5 times as much in both (their calls are the comparison's price).  Once settled, a timed pair of calls now and then watches the
- * role's cost, and a change of it (the program changed) starts a comparison
+ * cost 1.5 times as much in both (their calls are the comparison's price).
+ * Once settled, a timed pair of calls now and then watches the role's
+ * cost, and a change of it (the program changed) starts a comparison
  * again; so does a recheck, after a gap that doubles.
  *
  * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
