@@ -47,6 +47,9 @@
  * counted: its streaming call is the first after a long run of ordinary
  * stores, and pays for switching over (2-4x a streaming clear at 16 KiB
  * on a Zen 5 guest), once for a program that switches, not per call.
+ * A comparison ends undecided, on the safe role, where its pairs run out
+ * or where after six the other role is behind at the mean and at the
+ * median; it goes on after four times the calls it ran, from its pairs.
  * Once settled, a timed pair of calls now and then watches the role's
  * cost, and a change of it (the program changed) starts a comparison
  * again; so does a recheck, after a gap that doubles.
