@@ -800,10 +800,11 @@ static void start_comparison(struct ctx_state *s, int trigger)
      * on a Zen 5 guest: 1.1-1.9 us against 0.5 for the next ones, and on
      * that first pair alone the comparison ended on ordinary stores in
      * about half of fresh runs, although streaming costs the walk 0.6-0.8
-     * of them.  A program that switches pays it once; the pair is run
-     * and not counted (a recheck's too: it follows ordinary stores).  A block of two leaves it out of its sample
-     * already, and a clear of a buffer large enough to stream safely
-     * (milliseconds) does not notice it. */
+     * of them.  A program that switches pays it once; the pair is run and
+     * not counted (a recheck's too: it follows a run of one role).  A
+     * block of two leaves the switch out of its sample already, and a
+     * clear of a buffer large enough to stream safely (milliseconds) does
+     * not notice it. */
     s->warmup = s->safe == CP_ADAPT_TEMPORAL && s->block[CP_ADAPT_STREAMING] == 1;
     s->limit = s->pairs + s->pairs_max;
     s->comparisons++;
