@@ -1076,15 +1076,22 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     }
 }
 
-/* The median ln(streaming / temporal) of the latest counted pairs. */
-static double counted_median(const struct ctx_state *s)
+/* The ln(streaming / temporal) of the latest k pairs that count, into v;
+ * returns how many. */
+static unsigned counted(const struct ctx_state *s, unsigned k, float *v)
 {
-    unsigned k = s->pairs < KEEP ? s->pairs : KEEP, m = 0;
-    float v[KEEP];
+    unsigned m = 0;
     for (unsigned i = 0; i < k; i++)
         if (s->ok[i])
             v[m++] = s->lr[i];
-    return median_of(v, m);
+    return m;
+}
+
+/* Their median, over the latest KEEP. */
+static double counted_median(const struct ctx_state *s)
+{
+    float v[KEEP];
+    return median_of(v, counted(s, s->pairs < KEEP ? s->pairs : KEEP, v));
 }
 
 /* One pair is complete: does it decide?  The role other than the safe one
@@ -1142,10 +1149,7 @@ static void refresh_bounds(struct ctx_state *s, unsigned k)
     for (int r = 0; r < 2; r++)
         s->typical[r] = median_of(s->lc[r], k);
     float v[KEEP];
-    unsigned m = 0;
-    for (unsigned j = 0; j < k; j++)
-        if (s->ok[j])
-            v[m++] = s->lr[j];
+    unsigned m = counted(s, k, v);
     s->clip_mid = median_of(v, m);
     for (unsigned j = 0; j < m; j++)
         v[j] = (float)fabs(v[j] - s->clip_mid);
