@@ -490,6 +490,34 @@ def test_the_wait_for_a_refill_holds_only_back_to_back(learner):
     assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.learned != lib.CP_LEARNED_CACHED
 
 
+def test_a_held_buffer_overruled_rests_though_it_left_the_window_between(learner):
+    """A held buffer taking turns with another one, at times out of the
+    window (its refill waited for), out of the cache on every clear (1.5x
+    a streaming one), but the program reads it next, so ordinary stores
+    win each comparison the checks start: after one, its checks rest for a
+    recheck's gap (512 of its calls at least), though the buffer left the
+    window while it was compared (the wait for a refill that set is over
+    when the comparison ends: the next clear after another buffer's would
+    otherwise check it at once, and the comparisons would follow each
+    other, 23 in these 1,500 turns where 2 are due)."""
+    held(learner)
+    n, other = 24 * MiB, 8 * MiB
+    prog = Program(seed=3)
+    rng = random.Random(4)
+    use = (0.0, n * (COLD[T] + 0.05))       # streaming: read back in from memory
+    mine = []
+    for _turn in range(1500):
+        mine.append(len(prog.tickets))
+        prog.step(n, HOT, cost=(WARM[S] * 1.5, WARM[S]), use=use)
+        for k in range(rng.choice((1, 5))):         # 8 or 40 MiB before the next
+            prog.step(other, HOT + (4 + k) * 16 * MiB, cost=WARM)
+    st = stat(n.bit_length() - 1, RECENT)
+    checks = [k for k, i in enumerate(mine) if is_check(prog.tickets[i])]
+    rests = sorted(b - a for a, b in zip(checks, checks[1:]))
+    assert st.trigger == lib.CP_ADAPT_BY_EVICTED and 1 <= st.comparisons <= 2, st.comparisons
+    assert st.learned == lib.CP_LEARNED_CACHED and rests[-1] >= 512, rests
+
+
 def test_a_held_buffer_is_checked_strictly_and_streams_where_that_wins(learner):
     """Ordinary-store clears 1.1x a streaming one: within recent_max a buffer
     in the cache for all that (the checks' margin, 1.25); held above it, not:

@@ -1069,6 +1069,11 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
             s->learned = CP_LEARNED_CACHED;
             s->check_hist = 0;
             STORE(s->check_left, rest < UINT32_MAX ? (uint32_t)rest : UINT32_MAX);
+            /* The rest is the next check's wait now: a wait for a refill
+             * set while it was compared (the buffer left the window) is
+             * over, or the next clear after another buffer's would cut the
+             * rest to nothing and check it at once. */
+            STORE(s->refilling, 0);
             STORE(s->evicted, 0);
         } else {
             s->overruled = 0;
