@@ -76,10 +76,12 @@ LEARNED = {
 }
 
 #: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as
-#: cached while its checks find it in the cache (held_max).
+#: cached once a comparison found the machine keeps it, and while its
+#: checks find it in the cache (held_max).
 HELD = (
     "cleared within the last {reuse} of clears (each large buffer cleared since counted "
-    "once), and its clears, timed alone now and then, "
+    "once), a comparison found this machine keeps a buffer of its size in the cache, "
+    "and its clears, timed alone now and then, "
     "cost no more than 1.05x a streaming clear in at least 3 of the latest 5: in the cache "
     "here, although larger than {recent_max}, so ordinary stores keep it there for the "
     "program, untimed (3 checks that find it slower hand it to a comparison)")
@@ -174,9 +176,10 @@ def reuse_bytes(th: Thresholds) -> int:
 #: 16 MiB buffer cleared back to back, 0.22 against 0.29 ms a clear, and
 #: 2-5x where the program uses it; on a Zen 3 guest with a 32 MiB L3 they
 #: still won at 8 MiB, 1.9x, and lost at 16 MiB, 0.35x: 16 of its 512 KiB
-#: L2s), and a larger one below the window is held so while its checks,
-#: strict, find it there (where a program keeps it in the cache is the
-#: machine's: a Zen 5 guest did at 16-31 MiB, a Zen 4 guest mostly did
+#: L2s), and a larger one below the window is held so once a comparison
+#: of its size found this machine keeps such a buffer there, and while its
+#: checks, strict, find it there (where a program keeps it in the cache is
+#: the machine's: a Zen 5 guest did at 16-31 MiB, a Zen 4 guest mostly did
 #: not); a comparison may take twice its worth of clears (or 64 calls),
 #: what following a change may take, before it falls back to the temporal
 #: role; a settled context times a pair

@@ -123,6 +123,14 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
 #define HELD_MARGIN 1.05
 #define HELD_VOTE 3
 #define HELD_KEEP 5
+/* Before its size class was found kept (kept_class), a buffer above
+ * recent_max has its comparison's temporal block end at the first clear
+ * above this many times a streaming clear: the Zen 5 guest's refills at
+ * 24-30 MiB cost at most 1.2x the streaming reference from their second
+ * call on, and on the Zen 4 guest, which does not keep such a buffer, each
+ * call of a longer block costs 1.5-3 streaming ones (1.6-3.4x from the
+ * sixth call on at 27.5 MiB, mostly 1.9-2.4x). */
+#define REFILL_FAR 1.5
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -216,6 +224,13 @@ static struct cp_adapt_params params;
 /* cached_most: the largest recent buffer taken as cached, recent_max or
  * held_max (what choose() tests, one load). */
 static size_t band_lo, band_hi, recent_most, cached_most;
+/* A size class above recent_most whose recent buffers this machine has
+ * shown it keeps in the cache (settle, keeps_in_cache): its recent buffers
+ * are held as cached, up to cached_most, from their first recent call; the
+ * others are timed like any buffer, starting on streaming.  Set and
+ * cleared by comparisons, forgotten with the rest (relaxed atomics, read
+ * without the lock). */
+static int kept_class[CP_ADAPT_CLASSES];
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -321,6 +336,7 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
 static void forget(void)
 {
     memset(table, 0, sizeof table);
+    memset(kept_class, 0, sizeof kept_class);
     memset(seen, 0, sizeof seen);
     memset(&last, 0, sizeof last);
     STORE(cp_adapt_fast_slot.addr, 0);
@@ -667,10 +683,11 @@ static int choose(size_t n, const void *addr)
     int ctx = is_recent(addr, n);
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
-    if (ctx && n <= LOAD(cached_most) && !LOAD(s->evicted))
+    if (ctx && n <= LOAD(cached_most) && !LOAD(s->evicted)
+        && (n <= LOAD(recent_most) || LOAD(kept_class[cls])))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
-    if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most)) {
+    if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most) && LOAD(kept_class[cls])) {
         /* A buffer of a held size not cleared lately is out of the cache,
          * and its next clears, recent, bring it back only bit by bit: on
          * the Zen 5 guest the ordinary-store clears after such a clear
@@ -825,8 +842,9 @@ static int safe_role(size_t n, int ctx)
 /* The role a context runs before anything is known: the safe one, but
  * streaming for a recent buffer larger than recent_max (the CPU's static
  * streaming threshold, at most half the cache), which does not stay in the
- * cache even cleared back to back (where held_max holds it as cached, the
- * role its comparison starts on once its checks found it out).  The
+ * cache even cleared back to back (up to held_max, until a comparison
+ * found the machine keeps one of its size: kept_class; and the role a
+ * held buffer's comparison starts on once its checks found it out).  The
  * machine profiles clear one twice that size back to back 1.1-3x faster
  * streamed (Zen 3, Zen 4, Emerald Rapids guests); on the Zen 4 guest (L3
  * 32 MiB) streaming ran 65 of 75 phases of generated programs (three
@@ -835,7 +853,10 @@ static int safe_role(size_t n, int ctx)
  * into the buffer next, so ordinary stores stay the safe role: they need
  * less evidence, and hold where there is none.  On a Zen 5 guest (L3 32
  * MiB) ordinary stores won 28 of 34 such phases of a generated corpus:
- * the checks tell the two machines apart (held_max). */
+ * the comparison's clears tell the two machines apart (kept_class).
+ * Streaming first costs a machine that keeps the buffer ~1.25x a call
+ * until it is found kept; ordinary stores first would cost one that does
+ * not keep it 1.5-3x a call until its checks found it out. */
 static int start_role(size_t n, int ctx)
 {
     size_t most = LOAD(recent_most);
@@ -947,13 +968,17 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
                  * less than the block's first (at 28-30 MiB the refill
                  * runs 7-11 calls, some hardly faster than the one before;
                  * a buffer that does not come back, as dear from the
-                 * block's first call on, grows it only by its noise). */
+                 * block's first call on, grows it only by its noise; before
+                 * its size was found kept, not past a clear REFILL_FAR
+                 * off). */
                 const struct role_state *a = &s->roles[t];
                 unsigned k = a->nclear, done = s->len[t] - 1;
                 double now = k ? a->clear[k - 1] : 0.0;
+                double stream = params.stream_ns_per_byte;
                 if ((k >= 2 && now < (1.0 - params.refill_gain) * a->clear[k - 2])
-                    || (held && k && now > HELD_MARGIN * params.stream_ns_per_byte
-                        && now < a->clear[done < k ? k - done : 0]))
+                    || (held && k && now > HELD_MARGIN * stream
+                        && now < a->clear[done < k ? k - done : 0]
+                        && (LOAD(kept_class[cls]) || now <= REFILL_FAR * stream)))
                     s->len[t]++;
             }
             uint32_t head = s->len[s->first], both = head + s->len[!s->first];
@@ -995,6 +1020,29 @@ static double clear_median(const struct role_state *a)
             double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
         }
     return k ? v[(k - 1) / 2] : 0.0;
+}
+
+/* Whether the comparison's clears found the buffer in the cache: the
+ * cheapest of the ordinary-store clears in the window (each temporal block
+ * ends once the buffer came back, refill_gain) below KEEP_MARGIN times the
+ * median streaming one (both timed now, on this buffer, so neither the
+ * streaming reference's age nor the machine's memory bandwidth of the
+ * moment tells: at 24-31 MiB the Zen 5 guest's came to 0.8x, the Zen 4
+ * guest's stayed 1.3-2.2x, and at 16-20 MiB, where it keeps such a buffer
+ * only at times, 1.0-1.3x). */
+#define KEEP_MARGIN 0.9
+static int keeps_in_cache(const struct ctx_state *s)
+{
+    const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL], *st = &s->roles[CP_ADAPT_STREAMING];
+    if (!t->nclear || !st->nclear)
+        return 0;
+    double least = t->clear[0];
+    float w[WINDOW];
+    for (unsigned i = 1; i < t->nclear; i++)
+        least = t->clear[i] < least ? t->clear[i] : least;
+    for (unsigned i = 0; i < st->nclear; i++)
+        w[i] = (float)st->clear[i];
+    return least < KEEP_MARGIN * median_of(w, st->nclear);
 }
 
 static void settle(struct ctx_state *s, int role, int learned, size_t n)
@@ -1053,6 +1101,29 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         if (learned == CP_LEARNED_EVEN)
             calls = (uint64_t)EVEN_GAP * (s->block[0] + s->block[1]) * s->pairs;
         s->recheck = calls << s->holds;
+    }
+    /* A recent buffer above recent_max: held as cached (kept) where this
+     * comparison found the machine keeps it in the cache, and not where it
+     * found it does not (whatever the program does after the clear). */
+    int cls = size_class(n), ctx = (int)(s - table[cls]);
+    if (ctx && n > params.recent_max && n <= cached_most) {
+        if (!keeps_in_cache(s)) {
+            /* Timed from now on, on the role settled, as any context: the
+             * evicted path below would take it as cached again. */
+            STORE(kept_class[cls], 0);
+            s->overruled = 0;
+            return;
+        }
+        if (role == CP_ADAPT_TEMPORAL) {
+            STORE(kept_class[cls], 1);
+            if (!s->evicted) {
+                s->learned = CP_LEARNED_CACHED;
+                s->check_hist = 0;
+                STORE(s->check_left, check_gap(n));
+                STORE(s->refilling, 0);
+                return;
+            }
+        }
     }
     /* A recent buffer found out of the cache (check_clear) that the
      * comparison kept on ordinary stores (the program uses what it clears,

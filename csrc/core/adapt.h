@@ -20,10 +20,13 @@
  * checks, the buffer was not in the cache after all (the program's other
  * buffers, its reads or a sleep emptied it), and its context is timed
  * from then on like any other.  A recent buffer above recent_max and below
- * reuse_bytes (up to held_max) is held so too, on its own vote (3 of its
- * latest 5 checks above 1.05x a streaming clear; its checks wait out the
- * refill after a clear of it outside the window): how much of the cache
- * one program keeps is the machine's, and its neighbours'.
+ * reuse_bytes (up to held_max) is held so too once a comparison of its
+ * size class found the machine keeps such a buffer in the cache (its
+ * ordinary-store clears, the buffer back in the cache, below 0.9x its
+ * streaming ones), and on its own vote (3 of its latest 5 checks above
+ * 1.05x a streaming clear; its checks wait out the refill after a clear
+ * of it outside the window): how much of the cache one program keeps is
+ * the machine's, and its neighbours'.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
@@ -129,9 +132,10 @@ struct cp_adapt_params {
     size_t recent_max;          /* a recent buffer of at most this many bytes takes
                                    the temporal role untimed (0: none) */
     size_t held_max;            /* ... and one above recent_max, of at most this many
-                                   (and fewer than reuse_bytes), too, while its checks
-                                   find its ordinary-store clear no dearer than a
-                                   streaming one (0: none; needs the checks) */
+                                   (and fewer than reuse_bytes), too, once a comparison
+                                   found its size class kept in the cache, and while
+                                   its checks find its ordinary-store clear no dearer
+                                   than a streaming one (0: none; needs the checks) */
     size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
