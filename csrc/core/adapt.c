@@ -1027,9 +1027,9 @@ static double clear_median(const struct role_state *a)
  * ends once the buffer came back, refill_gain) below KEEP_MARGIN times the
  * median streaming one (both timed now, on this buffer, so neither the
  * streaming reference's age nor the machine's memory bandwidth of the
- * moment tells: at 24-31 MiB the Zen 5 guest's came to 0.8x, the Zen 4
- * guest's stayed 1.3-2.2x, and at 16-20 MiB, where it keeps such a buffer
- * only at times, 1.0-1.3x). */
+ * moment tells: at 24-30 MiB the Zen 5 guest's came to 0.8x; the Zen 4
+ * guest's, cleared back to back, stayed 1.3-1.4x at 24 MiB, 1.6x at 20,
+ * 1.8-1.9x at 28-31, and came to 1.0-1.3x at 16 MiB, recent_max there). */
 #define KEEP_MARGIN 0.9
 static int keeps_in_cache(const struct ctx_state *s)
 {
