@@ -507,7 +507,6 @@ def test_a_held_buffer_coming_back_into_the_cache_is_not_taken_for_one_it_leaves
     held(learner)
     n = 24 * MiB
     for seed in range(5):
-        before = None
         lib.cp_adapt_reset()
         before = teach(n, seed + 100)
         prog = Program(seed=seed)

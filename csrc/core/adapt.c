@@ -863,6 +863,13 @@ static int start_role(size_t n, int ctx)
     return ctx && most && n > most ? CP_ADAPT_STREAMING : safe_role(n, ctx);
 }
 
+/* A recent buffer of a held size: above recent_max, up to held_max (under
+ * the lock). */
+static int held_size(size_t n, int ctx)
+{
+    return ctx && n > params.recent_max && n <= cached_most;
+}
+
 static void init_context(struct ctx_state *s, size_t n, int ctx)
 {
     s->init = 1;
@@ -958,7 +965,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             }
             int t = CP_ADAPT_TEMPORAL;
             uint32_t t_last = (s->first == t ? 0 : s->len[!t]) + s->len[t] - 1;
-            int held = ctx && n > params.recent_max && n <= cached_most;
+            int held = held_size(n, ctx);
             uint32_t longest = held ? REFILL_HELD : REFILL_BLOCK;
             if (s->refill && s->pos == t_last && s->len[t] < longest) {
                 /* The temporal block's last call as planned: one more
@@ -1033,16 +1040,24 @@ static double clear_median(const struct role_state *a)
 #define KEEP_MARGIN 0.9
 static int keeps_in_cache(const struct ctx_state *s)
 {
-    const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL], *st = &s->roles[CP_ADAPT_STREAMING];
-    if (!t->nclear || !st->nclear)
+    const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL];
+    if (!t->nclear || !s->roles[CP_ADAPT_STREAMING].nclear)
         return 0;
     double least = t->clear[0];
-    float w[WINDOW];
     for (unsigned i = 1; i < t->nclear; i++)
         least = t->clear[i] < least ? t->clear[i] : least;
-    for (unsigned i = 0; i < st->nclear; i++)
-        w[i] = (float)st->clear[i];
-    return least < KEEP_MARGIN * median_of(w, st->nclear);
+    return least < KEEP_MARGIN * clear_median(&s->roles[CP_ADAPT_STREAMING]);
+}
+
+/* A settled recent context taken as cached: untimed, its next check after
+ * `wait` calls (a wait for a refill set while it was compared is over). */
+static void take_as_cached(struct ctx_state *s, uint64_t wait)
+{
+    s->learned = CP_LEARNED_CACHED;
+    s->check_hist = 0;
+    STORE(s->check_left, wait < UINT32_MAX ? (uint32_t)wait : UINT32_MAX);
+    STORE(s->refilling, 0);
+    STORE(s->evicted, 0);
 }
 
 static void settle(struct ctx_state *s, int role, int learned, size_t n)
@@ -1105,8 +1120,8 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     /* A recent buffer above recent_max: held as cached (kept) where this
      * comparison found the machine keeps it in the cache, and not where it
      * found it does not (whatever the program does after the clear). */
-    int cls = size_class(n), ctx = (int)(s - table[cls]);
-    if (ctx && n > params.recent_max && n <= cached_most) {
+    int cls = size_class(n);
+    if (held_size(n, (int)(s - table[cls]))) {
         if (!keeps_in_cache(s)) {
             /* Timed from now on, on the role settled, as any context: the
              * evicted path below would take it as cached again. */
@@ -1117,10 +1132,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         if (role == CP_ADAPT_TEMPORAL) {
             STORE(kept_class[cls], 1);
             if (!s->evicted) {
-                s->learned = CP_LEARNED_CACHED;
-                s->check_hist = 0;
-                STORE(s->check_left, check_gap(n));
-                STORE(s->refilling, 0);
+                take_as_cached(s, check_gap(n));
                 return;
             }
         }
@@ -1137,15 +1149,11 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
             rest = (rest < RECHECK_CALLS ? RECHECK_CALLS : rest) << s->overruled;
             if (s->overruled < RECHECK_DOUBLINGS)
                 s->overruled++;
-            s->learned = CP_LEARNED_CACHED;
-            s->check_hist = 0;
-            STORE(s->check_left, rest < UINT32_MAX ? (uint32_t)rest : UINT32_MAX);
             /* The rest is the next check's wait now: a wait for a refill
              * set while it was compared (the buffer left the window) is
              * over, or the next clear after another buffer's would cut the
              * rest to nothing and check it at once. */
-            STORE(s->refilling, 0);
-            STORE(s->evicted, 0);
+            take_as_cached(s, rest);
         } else {
             s->overruled = 0;
         }
