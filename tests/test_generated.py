@@ -181,6 +181,31 @@ def test_goals_over_programs():
     assert phased.percentile([], 0.5) != phased.percentile([], 0.5)     # nan
 
 
+def test_a_quantile_over_programs_takes_each_programs_median():
+    """One slow round in each program, a different round in each: every
+    program's ratio (its median over rounds) is 1.0, and so is the 10th
+    percentile over them; each round's own 10th percentile would hold that
+    round's slow program, and put it at 0.5."""
+    rs = []
+    for slow in range(5):
+        auto = [[1.0, 1.0] if r != slow else [2.0, 2.0] for r in range(5)]
+        rs += [_result({"auto": auto, "a": [[1.0, 1.0]] * 5}) for _ in range(2)]
+    g = phased.goals(rs, rivals=())
+    assert all(r.judge("auto", phased.ORACLE, 0.9).ratio == 1.0 for r in rs)
+    assert g.p10.ratio == pytest.approx(1.0) and g.p10.outcome == measure.OK
+    assert g.p10.spread == "programs resampled" and "programs resampled" in g.p10.text()
+    # a retake's rounds (more in some programs than in others) do not count
+    more = _result({"auto": [[0.5, 0.5]] * 3 + [[1.0, 1.0]] * 4, "a": [[1.0, 1.0]] * 7})
+    lone = _result({"auto": [[0.5, 0.5]] * 3, "a": [[1.0, 1.0]] * 3})
+    assert phased.goals([more, lone], rivals=()).median.ratio == pytest.approx(2.0)
+    # the spread: how the quantile moves as the programs are drawn again
+    spread = [_result({"auto": [[1.0 / x, 1.0 / x]] * 3, "a": [[1.0, 1.0]] * 3})
+              for x in (0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)]
+    v = phased.goals(spread, rivals=()).p10
+    assert v.ratio == pytest.approx(0.69)
+    assert 0.6 <= v.q1 < v.q3 < 1.0 and v.q1 <= v.ratio <= v.q3
+
+
 def test_the_twin_measures_the_runs_own_noise():
     """numpy.fill timed twice is judged against itself by the rules auto is
     judged by, and is a choice of neither the oracle nor the best."""

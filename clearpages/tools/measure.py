@@ -539,6 +539,9 @@ class GoalVerdict:
     q1: float
     q3: float
     rounds: int
+    spread: str = "rounds"
+    """What q1-q3 spans: the rounds, or for a figure over programs the
+    programs resampled."""
 
     @property
     def outcome(self) -> str:
@@ -559,9 +562,9 @@ class GoalVerdict:
 
     def text(self) -> str:
         """'auto 0.93 of the per-phase oracle (goal 0.97; rounds 0.90-0.95): miss'."""
-        return "%s %.2f of %s (goal %.2f; rounds %.2f-%.2f): %s" % (
-            self.subject, self.ratio, self.reference, self.goal, self.q1, self.q3,
-            self.outcome)
+        return "%s %.2f of %s (goal %.2f; %s %.2f-%.2f): %s" % (
+            self.subject, self.ratio, self.reference, self.goal, self.spread, self.q1,
+            self.q3, self.outcome)
 
     def mark(self) -> str:
         """The outcome in a table cell: '' for ok, ' miss', ' ?' (unmeasured)."""
