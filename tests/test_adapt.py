@@ -478,6 +478,24 @@ def test_a_buffer_the_machine_does_not_keep_is_never_held(learner):
         assert prog.share(S, 100, 300) >= 0.95 and prog.share(S, 400) >= 0.95, seed
 
 
+@pytest.mark.parametrize("n", [12 * MiB, 28 * MiB])
+def test_a_buffer_the_machine_does_not_keep_streams_after_two_pairs(learner, n):
+    """Above recent_max and started on streaming, a buffer whose ordinary-
+    store clears cost twice a streaming one and more, cleared and left:
+    each of the comparison's first two pairs finds ordinary stores 1.5x
+    dearer, and that ends it on streaming (not 4-6 pairs, half their calls
+    that dear), in each of 5 programs; a buffer the program uses next does
+    not end early (the tests above)."""
+    held(learner)
+    for seed in range(5):
+        prog = held_run(n, seed, 200, lambda i, k: not_kept(k) if i else 1.0, taught=False)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_STREAMING and st.trigger == lib.CP_ADAPT_BY_START
+        assert st.pairs == 2, (seed, st.pairs)
+        ordinary = prog.roles[:100].count(T)
+        assert 1 <= ordinary <= 2 * 8, (seed, ordinary)   # two blocks at most
+
+
 def test_a_size_the_machine_keeps_is_held_from_the_next_buffers_first_recent_call(learner):
     """Once a comparison found the machine keeps a buffer of 24 MiB in the
     cache, another of that size class is held from its first recent call,

@@ -84,7 +84,8 @@ enum {
  * of the pairs would only pay that price again (a cold buffer of 16 MiB
  * cleared with ordinary stores costs ~2.1 times a streaming clear on the
  * Zen 5 guest, and leaves the next clears its dirty lines to write back).
- * Only there: at such sizes a clear takes a millisecond or more, and the
+ * Only there (and where streaming is the start role, early_streaming):
+ * at such sizes a clear takes a millisecond or more, and the
  * program's noise hardly moves a pair; for smaller buffers two pairs, a
  * few microseconds each, can look 1.5x apart by chance (on generated
  * programs, walks of 24-256 KiB lost up to 0.3 of their best with the
@@ -1029,6 +1030,20 @@ static double clear_median(const struct role_state *a)
     return k ? v[(k - 1) / 2] : 0.0;
 }
 
+/* The cheapest ordinary-store clear in the window, alone, over the
+ * median streaming one (0 where either role has none). */
+static double clear_gap(const struct ctx_state *s)
+{
+    const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL];
+    double stream = clear_median(&s->roles[CP_ADAPT_STREAMING]);
+    if (!t->nclear || stream <= 0)
+        return 0.0;
+    double least = t->clear[0];
+    for (unsigned i = 1; i < t->nclear; i++)
+        least = t->clear[i] < least ? t->clear[i] : least;
+    return least / stream;
+}
+
 /* Whether the comparison's clears found the buffer in the cache: the
  * cheapest of the ordinary-store clears in the window (each temporal block
  * ends once the buffer came back, refill_gain) below KEEP_MARGIN times the
@@ -1040,13 +1055,8 @@ static double clear_median(const struct role_state *a)
 #define KEEP_MARGIN 0.9
 static int keeps_in_cache(const struct ctx_state *s)
 {
-    const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL];
-    if (!t->nclear || !s->roles[CP_ADAPT_STREAMING].nclear)
-        return 0;
-    double least = t->clear[0];
-    for (unsigned i = 1; i < t->nclear; i++)
-        least = t->clear[i] < least ? t->clear[i] : least;
-    return least < KEEP_MARGIN * clear_median(&s->roles[CP_ADAPT_STREAMING]);
+    double gap = clear_gap(s);
+    return gap > 0 && gap < KEEP_MARGIN;
 }
 
 /* A settled recent context taken as cached: untimed, its next check after
@@ -1259,12 +1269,27 @@ static void count_pair(struct ctx_state *s, unsigned i)
     s->sumsq += c * c;
 }
 
-/* The early verdict: is the safe role streaming, and did each of this
- * comparison's first EARLY_PAIRS pairs find ordinary stores EARLY_FACTOR
- * times dearer? */
+/* The early verdict: did each of this comparison's first EARLY_PAIRS
+ * pairs find ordinary stores EARLY_FACTOR times dearer, where streaming is
+ * the safe role?  Where it is the start role only (a recent buffer above
+ * recent_max, 16 MiB or more wherever the L3 is 32 MiB or more: clears of
+ * a millisecond and more, as the large cold buffers'), every
+ * ordinary-store clear alone in the window must have cost EARLY_FACTOR
+ * times the streaming ones too: the program's noisy work can make two
+ * pairs look apart, and a clear alone has none of it.  On the Zen 4 guest,
+ * which does not keep such a buffer, the cheapest ordinary-store clear of
+ * such a comparison cost 1.6x a streaming one at 20 MiB and 1.8-1.9x at
+ * 28-31 MiB (those end early; at 24 MiB 1.3-1.4x, at 16 MiB 1.0-1.3x: they
+ * run in full), where the comparison ran 4-6 pairs, 20-30 calls, half of
+ * them that dear, for each such size class in each process; on the Zen 5
+ * guest, which keeps one, 0.8x; and a program that uses the buffer next
+ * makes the ordinary stores' pairs cheaper: neither ends early. */
 static int early_streaming(const struct ctx_state *s)
 {
-    if (s->pairs != EARLY_PAIRS || s->safe != CP_ADAPT_STREAMING)
+    if (s->pairs != EARLY_PAIRS)
+        return 0;
+    if (s->safe != CP_ADAPT_STREAMING
+        && (s->start != CP_ADAPT_STREAMING || !(clear_gap(s) > EARLY_FACTOR)))
         return 0;
     for (unsigned i = 0; i < EARLY_PAIRS; i++)
         if (!(-s->lr[i] > log(EARLY_FACTOR)))

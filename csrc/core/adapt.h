@@ -44,7 +44,10 @@
  * sleep, a wait or another process's time slice is none of what a role
  * costs).  Streaming as the safe role (a large buffer not cleared lately)
  * also ends a comparison after its first two pairs where ordinary stores
- * cost 1.5 times as much in both (their calls are the comparison's price).
+ * cost 1.5 times as much in both (their calls are the comparison's price);
+ * so does streaming as the start role of a recent buffer above
+ * recent_max, where each ordinary-store clear alone in the window cost
+ * 1.5 times the streaming ones too (the machine does not keep it).
  * Where ordinary stores are the safe role of a buffer not cleared lately
  * (a walk: each role one call at a time), the first pair is run and not
  * counted: its streaming call is the first after a long run of ordinary
