@@ -721,8 +721,7 @@ def over_programs(results: Sequence[ProgramResult], name: str, ref: str, q: floa
     100 generated programs on a Zen 4 guest: a 10th percentile of 0.87
     that way, 0.95 of the programs' medians)."""
     rounds = min((r.rounds for r in results), default=0)
-    each = [_measure.judge_rounds(res.ratios(name, ref)[:rounds], goal, name, ref).ratio
-            for res in results]
+    each = [_median(res.ratios(name, ref)[:rounds]) for res in results]
     rng = random.Random(0)
     again = [percentile(rng.choices(each, k=len(each)), q) for _ in range(RESAMPLES)] \
         if each else []
