@@ -16,7 +16,8 @@ median, geometric mean and the phases below 0.9, and the phases that moved
 most between the trees.
 
     python bench/bench_ab.py BEFORE AFTER --seed S [--programs 200] [--rounds 3]
-        [--places several threads] [--largest 2M 32M] [--total 40M] [--json FILE]
+        [--places several threads] [--largest 2M 32M] [--total 40M] [--only I ...]
+        [--json FILE]
 
 Single phases move by up to 0.15 between two runs of one build here:
 compare the summaries, over many phases, not one phase.
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--places", nargs="+", choices=PLACES, default=list(PLACES))
     ap.add_argument("--largest", nargs=2, type=_common.size_arg, metavar=("LO", "HI"))
     ap.add_argument("--total", type=_common.size_arg, default=0)
+    ap.add_argument("--only", nargs="+", type=int, metavar="I",
+                    help="only these programs of the seed (their index, as in g<seed>.<I>)")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--worker", nargs="+", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -142,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     from clearpages.tools import generated as G
     l3 = cp.cpu().last_cache
     idxs = [i for i, p in enumerate(G.corpus(a.seed, a.programs, l3))
-            if any(_keep(list(p.sizes(ph)), ph.place, a) for ph in p.phases)]
+            if any(_keep(list(p.sizes(ph)), ph.place, a) for ph in p.phases)
+            and (not a.only or i in a.only)]
     print("seed %d: %d of %d programs have such a phase" % (a.seed, len(idxs), a.programs),
           flush=True)
     flags = ["--seed", str(a.seed), "--places", *a.places, "--total", str(a.total)]
