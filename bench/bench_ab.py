@@ -172,14 +172,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def test_ab_quick(tmp_path: Path) -> None:
-    """The same tree twice, two small programs' one-buffer phases, one
-    round: both sides judged, every ratio positive."""
+    """The same tree twice, one small program's one-buffer phases (--only
+    the last of seed 7's first six that has one), one round: both sides
+    judged, every ratio positive, no other program run."""
+    import clearpages as cp
+    from clearpages.tools import generated as G
     root = str(Path(__file__).resolve().parent.parent)
     out = tmp_path / "ab.json"
-    assert main([root, root, "--seed", "7", "--programs", "6", "--rounds", "1",
-                 "--places", "one", "--largest", "0", "256K", "--json", str(out)]) == 0
+    flags = ["--places", "one", "--largest", "0", "256K"]
+    a = argparse.Namespace(places=["one"], largest=(0, 256 << 10), total=0)
+    kept = [i for i, p in enumerate(G.corpus(7, 6, cp.cpu().last_cache))
+            if any(_keep(list(p.sizes(ph)), ph.place, a) for ph in p.phases)]
+    assert kept, "no program of seed 7 has a one-buffer phase up to 256 KiB"
+    assert main([root, root, "--seed", "7", "--programs", "6", "--rounds", "1", *flags,
+                 "--only", str(kept[-1]), "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["runs"][root], "no program of seed 7 kept"
+    assert {x["name"] for x in data["runs"][root]} == {"g7.%d" % kept[-1]}
     for x in data["runs"][root]:
         assert all(all(v > 0 for v in t) for t in x["times"].values())
 
