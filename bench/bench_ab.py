@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return worker(a)
     if len(a.trees) != 2:
         ap.error("name two source trees")
+    if a.only and not all(0 <= i < a.programs for i in a.only):
+        ap.error("--only takes program indices from 0 to --programs - 1 (%d)" % (a.programs - 1))
     trees = [str(Path(t).resolve()) for t in a.trees]
     import clearpages as cp
     from clearpages.tools import generated as G
@@ -190,6 +192,14 @@ def test_ab_quick(tmp_path: Path) -> None:
     assert {x["name"] for x in data["runs"][root]} == {"g7.%d" % kept[-1]}
     for x in data["runs"][root]:
         assert all(all(v > 0 for v in t) for t in x["times"].values())
+
+
+def test_only_out_of_range_is_an_error() -> None:
+    """An index past --programs is refused, not silently left out."""
+    import pytest
+    root = str(Path(__file__).resolve().parent.parent)
+    with pytest.raises(SystemExit):
+        main([root, root, "--seed", "7", "--programs", "6", "--only", "6"])
 
 
 if __name__ == "__main__":
