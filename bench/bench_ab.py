@@ -13,14 +13,20 @@ the phase's best fixed candidate (the one with the lowest median over both
 trees) and the faster of ``numpy.fill`` and ``ctypes.memset`` over auto,
 each the median over rounds of the per-round ratio; then, per tree, their
 median, geometric mean and the phases below 0.9, and the phases that moved
-most between the trees.
+most between the trees.  The verdict is paired: per phase the log of the
+after tree's ratio over the before tree's, their mean with its 95%
+interval over the phases (an interval that holds 0 is no difference the
+run can tell); and, per tree, auto/best weighted by time (the best's time
+over auto's, each summed over the phases).
 
     python bench/bench_ab.py BEFORE AFTER --seed S [--programs 200] [--rounds 3]
         [--places several threads] [--largest 2M 32M] [--total 40M] [--only I ...]
         [--json FILE]
 
 Single phases move by up to 0.15 between two runs of one build here:
-compare the summaries, over many phases, not one phase.
+judge by the paired interval, over many phases (on the Zen 4 guest, 54
+phases pinned the mean to +-0.04: a change worth 2% needs 200 or more),
+not by one phase.
 """
 
 from __future__ import annotations
@@ -72,6 +78,29 @@ def _geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def t975(df: int) -> float:
+    """Student's t at 97.5% for df degrees of freedom (the normal quantile's
+    Cornish-Fisher expansion: within 1% from 3 up)."""
+    return 1.96 + 2.372 / df + 2.823 / df ** 2 + 2.554 / df ** 3
+
+
+def paired(before: list[float], after: list[float]) -> tuple[float, float, float, int]:
+    """Per phase ln(after / before) of a ratio where higher is better: their
+    mean, the 95% interval of the mean (Student's t over the phases), and
+    the phases after improved.  A phase's two ratios share its program, its
+    best candidate and its noise of the day, so their difference is what the
+    change did plus the rounds' noise; the mean over many phases and its
+    interval say whether the change moved them, which the two medians side
+    by side cannot (each carries the spread of the phases, ~0.15)."""
+    d = [math.log(b / a) for a, b in zip(before, after)]
+    if len(d) < 3:
+        return (statistics.fmean(d) if d else math.nan, -math.inf, math.inf,
+                sum(x > 0 for x in d))
+    m = statistics.fmean(d)
+    half = t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    return m, m - half, m + half, sum(x > 0 for x in d)
+
+
 def judge(runs: dict[str, list[dict[str, Any]]], trees: list[str]) -> str:
     """The per-phase ratios of each tree, summarised."""
     by: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -80,6 +109,10 @@ def judge(runs: dict[str, list[dict[str, Any]]], trees: list[str]) -> str:
             by.setdefault(x["name"], {}).setdefault(t, []).append(x)
     ratio: dict[str, list[float]] = {t: [] for t in trees}
     vs_libc: dict[str, list[float]] = {t: [] for t in trees}
+    # The time-weighted figure: the best's time over auto's, each summed
+    # over the phases (medians over rounds), so that a long phase weighs
+    # what it costs a program and a short, noisy one little.
+    summed: dict[str, list[float]] = {t: [0.0, 0.0] for t in trees}
     moved = []
     for name, per in sorted(by.items()):
         if any(t not in per for t in trees):
@@ -97,6 +130,8 @@ def judge(runs: dict[str, list[dict[str, Any]]], trees: list[str]) -> str:
                                       / x["times"]["auto"][k] for x in per[t])
                 ratio[t].append(r)
                 vs_libc[t].append(f)
+                summed[t][0] += statistics.median(x["times"][best][k] for x in per[t])
+                summed[t][1] += statistics.median(x["times"]["auto"][k] for x in per[t])
                 got.append(r)
             what = "%s/%d %s %s x%d %s (best %s)" % (
                 name, k, ph[0], "+".join(_common.fmt_size(n) for n in ph[1]), ph[2],
@@ -114,6 +149,18 @@ def judge(runs: dict[str, list[dict[str, Any]]], trees: list[str]) -> str:
     head = ["tree", "phases", "auto/best median", "geo", "<0.9", "worst",
             "libc/auto median", "geo", "<0.9", "worst"]
     out = [_common.table(head, rows)]
+    a, b = trees
+    if ratio[a] and ratio[b]:
+        m, lo, hi, up = paired(ratio[a], ratio[b])
+        said = ("no difference these phases can tell" if lo <= 0 <= hi
+                else "after better" if lo > 0 else "after worse")
+        out.append("\npaired, per phase ln(after / before) of auto/best: mean %+.3f, 95%% "
+                   "interval %+.3f..%+.3f over %d phases (after better in %d): %s"
+                   % (m, lo, hi, len(ratio[a]), up, said))
+        out.append("time-weighted auto/best (the best's time over auto's, summed over the "
+                   "phases): %s" % ", ".join("%s %.3f" % (os.path.basename(t) or t,
+                                                        summed[t][0] / summed[t][1])
+                                             for t in trees))
     moved.sort()
     if moved:
         out.append("\nmoved most (auto/best, %s):" % " -> ".join(trees))
@@ -204,3 +251,19 @@ def test_only_out_of_range_is_an_error() -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_paired_tells_a_shift_from_noise() -> None:
+    """A shift of every phase by 5% under noise of +-10% is told (the
+    interval excludes 0, on the right side); the same noise with no shift
+    is not; t975 is within 1% of Student's t from 3 degrees of freedom."""
+    import random
+    rng = random.Random(1)
+    before = [rng.uniform(0.6, 1.2) for _ in range(200)]
+    noisy = [b * rng.uniform(0.9, 1.1) for b in before]
+    m, lo, hi, up = paired(before, [x * 1.05 for x in noisy])
+    assert 0 < lo < math.log(1.05) < hi and up > 100
+    m, lo, hi, up = paired(before, noisy)
+    assert lo < 0 < hi
+    for df, t in ((3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042), (200, 1.972)):
+        assert abs(t975(df) - t) / t < 0.01, df
