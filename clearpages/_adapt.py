@@ -10,7 +10,9 @@ and streaming stores for a buffer as large as the cache or larger, untimed;
 everything else starts on a safe role and is timed by paired comparison of
 the two routines, counting the clear and what the program did until the
 thread's next clear, and the other role takes over only where it won
-decisively (see csrc/core/adapt.h for the rules).
+decisively, or where ordinary stores, against streaming as the safe role,
+are still ahead when the comparison runs out (see csrc/core/adapt.h for
+the rules).
 
 This module configures the learner from the thresholds, and puts what it
 has learned into words for ``plan()`` and ``python -m clearpages info``:

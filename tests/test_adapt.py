@@ -966,6 +966,29 @@ def test_noise_ends_a_comparison_soon_on_the_safe_role(learner):
         assert prog.share(T) <= 0.08, seed
 
 
+def test_ordinary_stores_ahead_when_the_pairs_run_out_take_over_from_streaming(learner):
+    """Large buffers not cleared lately (streaming the safe role), each
+    written after its clear so that a streaming clear costs the program 1.5x
+    in all, in work noisier than the clear: no pair count is decisive.  Where
+    the pairs run out with ordinary stores ahead at the mean and at the
+    median, they take over (memset's own stores, which cannot lose to it),
+    and the walk costs little more than memset's."""
+    learner()
+    n = 16 * MiB
+    clear_t, clear_s = n * COLD[T], n * COLD[S]
+    spent = memset = 0.0
+    held = 0
+    for seed in range(10):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed, jitter=15 * clear_s)
+        prog.walk(n, 600, use=(0.0, 1.5 * clear_t - clear_s))
+        spent, memset = spent + prog.spent, memset + prog.memset
+        held += prog.share(T, 300) >= 0.9
+    # streaming held to the end costs such a walk 1.12x memset's
+    assert held >= 7
+    assert spent <= memset * 1.05
+
+
 def test_a_large_cold_buffer_read_next_wins_ordinary_stores_decisively(learner):
     """The same large cold buffers, each read at once after its clear, where
     the reads after a streaming clear cost three clears more: ordinary

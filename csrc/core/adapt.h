@@ -56,6 +56,10 @@
  * A comparison ends undecided, on the safe role, where its pairs run out
  * or where after six the other role is behind at the mean and at the
  * median; it goes on after four times the calls it ran, from its pairs.
+ * One exception: where streaming is the safe role and the pairs run out
+ * with ordinary stores ahead at the mean and at the median, ordinary
+ * stores take over (memset's own, which cannot lose to it; the program
+ * uses what it clears, and its noise hid how much).
  * Once settled, a timed pair of calls now and then watches the role's
  * cost, and a change of it (the program changed) starts a comparison
  * again; so does a recheck, after a gap that doubles.
