@@ -420,3 +420,46 @@ def test_hot_true_of_a_buffer_not_cleared_lately_keeps_a_quarter_of_the_l3():
     # never longer than hot_max, whatever the thresholds say
     small = dataclasses.replace(th, hot_max=2 * MiB, hot_max_other=4 * MiB)
     assert _policy.native_policy(ZEN4, small).hot_max_other == 2 * MiB
+
+
+@pytest.mark.parametrize("cpu", [ZEN3_GUEST, ZEN4, EMR_GUEST], ids=["zen3", "zen4", "emr"])
+def test_the_learner_s_direct_calls_are_exactly_the_decisions_that_lead_there(cpu):
+    """A buffer the learner handed its next clears to runs its role's
+    routine without a whole decision (csrc/pyext/run.c), where
+    cp_policy_learner_direct says the decision would have asked the
+    learner and then made one direct call: held here against the decisions
+    themselves, for every size around each edge of every rule it stands
+    for, with adaptation on and off, a forced routine, no band, untouched
+    pages looked for from small sizes and a small unit."""
+    th = _policy.with_adaptive_band(cpu, _policy.default_thresholds(cpu, ALL))
+    assert th.adapt_min < th.adapt_max
+    policies = []
+    for adapt in (True, False):
+        for forced in (None, th.temporal):
+            policies.append(_policy.native_policy(cpu, th, forced, adapt=adapt))
+    for untouched in (0, 1, th.adapt_min + 4096, th.chunk):
+        p = _policy.native_policy(cpu, th, adapt=True)
+        p.untouched_min = untouched
+        policies.append(p)
+    for unit in (0, 4096, th.adapt_min, 2 * th.adapt_min):
+        p = _policy.native_policy(cpu, th, adapt=True)
+        p.unit = unit
+        policies.append(p)
+    none = _policy.native_policy(cpu, th, adapt=True)
+    none.adapt_max = none.adapt_min
+    policies.append(none)
+    edges = {0, 1, 4096, th.vector_max, th.nt_min, th.adapt_min, th.adapt_max, th.chunk,
+             th.thread_min, 64 * MiB}
+    sizes = sorted({max(0, e + d) for e in edges if e < _policy.NEVER for d in (-1, 0, 1)})
+    out = ffi.new("struct cp_decision *")
+    seen = set()
+    for p in policies:
+        for n in sizes:
+            lib.cp_policy_decide(p, n, 1, lib.CP_POLICY_AUTO, 1, lib.CP_POLICY_HOT_NONE, 0,
+                                 out)
+            want = bool(out.adaptive) and out.threads == 1 and not out.skip_untouched \
+                and n <= out.unit
+            assert bool(lib.cp_policy_learner_direct(p, n)) == want, (n, p.unit,
+                                                                       p.untouched_min)
+            seen.add(want)
+    assert seen == {True, False}

@@ -130,8 +130,8 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         count = 1;
     /* The learner's two routines for this size: what the static policy
      * runs below nt_min, and the streaming one. */
-    out->roles[CP_ADAPT_TEMPORAL] = nbytes < p->vector_max ? p->memset : p->temporal;
-    out->roles[CP_ADAPT_STREAMING] = p->streaming;
+    out->roles[CP_ADAPT_TEMPORAL] = cp_policy_role(p, nbytes, CP_ADAPT_TEMPORAL);
+    out->roles[CP_ADAPT_STREAMING] = cp_policy_role(p, nbytes, CP_ADAPT_STREAMING);
     out->hot_routine = CP_POLICY_NONE;
     out->hot_nbytes = 0;
     out->hot_why = CP_HOT_PART_NONE;
@@ -202,4 +202,9 @@ int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes
     if (!history_matters(p, nbytes))
         return CP_POLICY_HOT_ALL;
     return cp_adapt_recent(addr, nbytes) == 0 ? CP_POLICY_HOT_ALL_OTHER : CP_POLICY_HOT_ALL;
+}
+
+int cp_policy_learner_direct(const struct cp_policy *p, size_t nbytes)
+{
+    return cp_policy_direct_learner(p, nbytes);
 }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adapt.h"
+
 /* BEGIN CDEF */
 
 enum {
@@ -140,6 +142,13 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
  * just before, where one of that size can be cleared again soon. */
 int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes);
 
+/* 1 when cp_policy_decide would send a single auto clear of nbytes on one
+ * thread (threads=1, no hot= hint) to the learner and then to one direct
+ * call of the routine: adaptive, no look for untouched pages, no longer
+ * than the unit.  cp_policy_direct_learner, exported for the tests, which
+ * hold it against the decisions. */
+int cp_policy_learner_direct(const struct cp_policy *p, size_t nbytes);
+
 /* END CDEF */
 
 /* Whether work of nbytes looks for untouched pages first: the rule behind
@@ -149,6 +158,30 @@ int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes
 static inline int cp_policy_looks_untouched(const struct cp_policy *p, size_t nbytes)
 {
     return p->untouched_min && nbytes >= p->untouched_min;
+}
+
+/* The routine of one of the learner's roles (CP_ADAPT_TEMPORAL,
+ * CP_ADAPT_STREAMING) for nbytes: what the static policy runs below
+ * vector_max, else the temporal routine; the streaming one. */
+static inline int cp_policy_role(const struct cp_policy *p, size_t nbytes, int role)
+{
+    return role == CP_ADAPT_STREAMING ? p->streaming
+           : nbytes < p->vector_max ? p->memset : p->temporal;
+}
+
+/* cp_policy_learner_direct, inline: the binding asks it before every
+ * single auto clear, so that a buffer the learner handed its next clears
+ * to (cp_adapt_fast_take) runs its role's routine without a whole
+ * decision, which costs more than the rest of the call's native work.
+ * The conjunction of the rules of cp_policy_decide that lead there, for
+ * one piece on one given thread without a hint: learner_for's
+ * CP_LEARNER_ASKED, untouched_for's no look, unit_for's one unit. */
+static inline int cp_policy_direct_learner(const struct cp_policy *p, size_t nbytes)
+{
+    size_t unit = p->unit < CP_POLICY_MIN_UNIT ? CP_POLICY_MIN_UNIT : p->unit;
+    return p->forced < 0 && p->adapt_active && p->adapt_min < p->adapt_max
+           && nbytes >= p->adapt_min && nbytes < p->adapt_max
+           && !cp_policy_looks_untouched(p, nbytes) && nbytes <= unit;
 }
 
 #endif

@@ -202,6 +202,21 @@ static int clear_untouched_aside(char *dst, size_t n, int idx, int threads,
  * timed for it. */
 int clear_extent(char *dst, size_t n, int idx, int threads)
 {
+    /* A buffer cleared again back to back, whose next clears the learner
+     * has handed out (the fast slot): its role's routine, without a whole
+     * decision.  What the policy would decide is checked as it stands now
+     * (set_untouched, set_adaptive and configure change it between calls);
+     * a hook sees each step, so none is skipped while one is set. */
+    if (idx == AUTO && threads == 1 && !debug_hook
+        && cp_policy_direct_learner(&config.policy, n)) {
+        int ticket = cp_adapt_fast_take(native->adapt_fast, n, dst);
+        if (ticket >= 0) {
+            /* (The slot's calls are untimed: nothing to record.) */
+            call_fn(config.r[cp_policy_role(&config.policy, n,
+                                            ticket & CP_ADAPT_STREAMING)].fn, dst, n);
+            return 0;
+        }
+    }
     struct cp_decision d;
     decide(n, 1, idx, threads, 0, 0, &d);
     if (d.skip_untouched) {
