@@ -79,7 +79,7 @@ static void untouched_for(const struct cp_policy *p, size_t work, struct cp_deci
 static size_t unit_for(const struct cp_policy *p, size_t nbytes, int threads)
 {
     const size_t page = CP_POLICY_MIN_UNIT;
-    size_t unit = p->unit < page ? page : p->unit;
+    size_t unit = cp_policy_unit_alone(p);
     if (threads <= 1)
         return unit;
     size_t share = (nbytes + 4 * (size_t)threads - 1) / (4 * (size_t)threads);
@@ -206,5 +206,5 @@ int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes
 
 int cp_policy_learner_direct(const struct cp_policy *p, size_t nbytes)
 {
-    return cp_policy_direct_learner(p, nbytes);
+    return cp_policy_learner_direct_inline(p, nbytes);
 }

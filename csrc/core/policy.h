@@ -145,8 +145,9 @@ int cp_policy_hot_all(const struct cp_policy *p, const void *addr, size_t nbytes
 /* 1 when cp_policy_decide would send a single auto clear of nbytes on one
  * thread (threads=1, no hot= hint) to the learner and then to one direct
  * call of the routine: adaptive, no look for untouched pages, no longer
- * than the unit.  cp_policy_direct_learner, exported for the tests, which
- * hold it against the decisions. */
+ * than the unit.  The binding asks cp_policy_learner_direct_inline (below);
+ * this is the same rule, exported for the tests, which hold it against
+ * the decisions. */
 int cp_policy_learner_direct(const struct cp_policy *p, size_t nbytes);
 
 /* END CDEF */
@@ -169,6 +170,12 @@ static inline int cp_policy_role(const struct cp_policy *p, size_t nbytes, int r
            : nbytes < p->vector_max ? p->memset : p->temporal;
 }
 
+/* The unit of work on one thread: the configured one, a page at least. */
+static inline size_t cp_policy_unit_alone(const struct cp_policy *p)
+{
+    return p->unit < CP_POLICY_MIN_UNIT ? CP_POLICY_MIN_UNIT : p->unit;
+}
+
 /* cp_policy_learner_direct, inline: the binding asks it before every
  * single auto clear, so that a buffer the learner handed its next clears
  * to (cp_adapt_fast_take) runs its role's routine without a whole
@@ -176,12 +183,11 @@ static inline int cp_policy_role(const struct cp_policy *p, size_t nbytes, int r
  * The conjunction of the rules of cp_policy_decide that lead there, for
  * one piece on one given thread without a hint: learner_for's
  * CP_LEARNER_ASKED, untouched_for's no look, unit_for's one unit. */
-static inline int cp_policy_direct_learner(const struct cp_policy *p, size_t nbytes)
+static inline int cp_policy_learner_direct_inline(const struct cp_policy *p, size_t nbytes)
 {
-    size_t unit = p->unit < CP_POLICY_MIN_UNIT ? CP_POLICY_MIN_UNIT : p->unit;
     return p->forced < 0 && p->adapt_active && p->adapt_min < p->adapt_max
            && nbytes >= p->adapt_min && nbytes < p->adapt_max
-           && !cp_policy_looks_untouched(p, nbytes) && nbytes <= unit;
+           && !cp_policy_looks_untouched(p, nbytes) && nbytes <= cp_policy_unit_alone(p);
 }
 
 #endif

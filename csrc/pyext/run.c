@@ -207,8 +207,9 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
      * decision.  What the policy would decide is checked as it stands now
      * (set_untouched, set_adaptive and configure change it between calls);
      * a hook sees each step, so none is skipped while one is set. */
-    if (idx == AUTO && threads == 1 && !debug_hook
-        && cp_policy_direct_learner(&config.policy, n)) {
+    int direct = idx == AUTO && threads == 1 && !debug_hook
+                 && cp_policy_learner_direct_inline(&config.policy, n);
+    if (direct) {
         int ticket = cp_adapt_fast_take(native->adapt_fast, n, dst);
         if (ticket >= 0) {
             /* (The slot's calls are untimed: nothing to record.) */
@@ -234,7 +235,9 @@ int clear_extent(char *dst, size_t n, int idx, int threads)
     idx = d.routine;
     int ticket = -1;
     if (d.adaptive) {
-        ticket = cp_adapt_fast_take(native->adapt_fast, n, dst);
+        /* (Where direct, the slot was looked at above, and nothing has
+         * changed it since.) */
+        ticket = direct ? -1 : cp_adapt_fast_take(native->adapt_fast, n, dst);
         if (ticket < 0)
             ticket = native->adapt_choose(n, dst);
         if (ticket >= 0)
