@@ -1573,6 +1573,49 @@ def test_the_span_clock_leaves_a_sleep_out(learner, clock):
         assert span >= 1e6, span
 
 
+def _costs_after_sleeps(sizes, calls=80):
+    """Clears of each of sizes in turn, walking, 1 ms asleep after each, on
+    the learner as configured (its comparisons end within 64 calls): each
+    size class's (other context's) cost of a call in its role."""
+    for i in range(calls):
+        for k, n in enumerate(sizes):
+            ticket = lib.cp_adapt_choose(n, ffi.cast("void *", POOL + (2 * i + k) * 2 * MiB))
+            if ticket >= 0 and not untimed(ticket):
+                now = lib.cp_adapt_now_ns()
+                lib.cp_adapt_record_span(n, ticket, now, now + 1000)
+            time.sleep(0.001)
+    got = [stat(n.bit_length() - 1, OTHER) for n in sizes]
+    assert all(st and st.cost_ns_per_byte[st.role] > 0 for st in got)
+    return [st.cost_ns_per_byte[st.role] * n for st, n in zip(got, sizes)]
+
+
+def test_a_short_span_is_on_the_monotonic_clock_a_long_one_on_the_cpu_clock(learner):
+    """The CPU clock is a system call, dearer than a small clear: below
+    cpu_span_min a span is on the monotonic clock (a sleep in it counts),
+    from it on the CPU clock (it does not), also where the next band clear
+    that closes it is a short one."""
+    learner(span_clock=lib.CP_ADAPT_SPAN_CPU, cpu_span_min=256 * KiB, decide_bytes=1)
+    short, long_ = _costs_after_sleeps([64 * KiB, 1 * MiB])
+    assert short >= 1e6, short
+    assert long_ < 0.5e6, long_
+
+
+def test_the_cpu_clock_is_read_where_a_streaming_clear_pays_for_it(learner):
+    """cpu_span_min 0 is set at configure, from the clock's measured read:
+    at least CPU_SPAN_READS (8) reads of some tens of nanoseconds, in
+    bytes of a streaming clear; a value given is kept."""
+    got = ffi.new("struct cp_adapt_params *")
+    learner(span_clock=lib.CP_ADAPT_SPAN_CPU, stream_ns_per_byte=0.025)
+    lib.cp_adapt_params(got)
+    assert got.cpu_span_min >= 8 * 20 / 0.025
+    learner(span_clock=lib.CP_ADAPT_SPAN_CPU, stream_ns_per_byte=0.025, cpu_span_min=12345)
+    lib.cp_adapt_params(got)
+    assert got.cpu_span_min == 12345
+    learner(span_clock=lib.CP_ADAPT_SPAN_CPU)    # no streaming cost: every span
+    lib.cp_adapt_params(got)
+    assert got.cpu_span_min == 1
+
+
 def test_a_call_that_finds_the_learner_busy_runs_its_contexts_role(learner):
     """While another thread holds the learner (here: info reading it), a
     call is not timed and runs the role its context runs, the safe one

@@ -106,6 +106,14 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * pairs stay within SAMPLE_SHARE of the time. */
 #define PAIR_NS 500.0
 #define SAMPLE_SHARE 0.005
+/* The CPU clock is a system call (0.55 us on a Zen 4 KVM guest, 1.1-1.4 us
+ * on a Zen 3 one): read for every timed call of a comparison, it would
+ * cost a 16 KiB clear several times its own time.  A span goes on it only
+ * where a streaming clear of the call's size costs at least this many of
+ * its reads (cpu_span_min); a shorter span is on the monotonic clock, and
+ * a sleep or another process's time slice inside it is rare, and noise
+ * that the paired comparison carries like any other. */
+#define CPU_SPAN_READS 8.0
 /* A cached context's checked clear is slow when it costs more than this
  * times a streaming clear (a cached buffer's ordinary-store clear costs
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
@@ -263,17 +271,22 @@ static int fast_checked;
  * the learner forgot everything. */
 static __thread struct {
     int on, cls, ctx, role;
+    int cpu;                    /* on the thread's CPU clock, else the caller's */
     size_t n;
     uint64_t start, generation;
 } span;
 static uint64_t generation;
-/* Where the span clock is the thread's CPU time: its reading when this
- * thread's latest timed ticket was handed out (0: none since the last
- * record). */
-static __thread uint64_t span_mark;
-/* What a timed pair costs (PAIR_NS and the span clock's two reads),
- * measured when the learner is configured. */
-static double pair_ns = PAIR_NS;
+/* Where the span clock is the thread's CPU time: whether this thread was
+ * handed a timed ticket since its last record, and the CPU clock's reading
+ * then, where the span it closes or may open is on that clock (0: not
+ * read). */
+static __thread struct {
+    int handed;
+    uint64_t cpu;
+} span_mark;
+/* What a timed pair costs with spans on the CPU clock (PAIR_NS and two of
+ * its reads), measured when the learner is configured; PAIR_NS without. */
+static double pair_cpu_ns = PAIR_NS;
 /* Spans open on all threads: while none is, a call need not look at its
  * thread's (a thread-local read is a call into the C library here). */
 static uint32_t spans_open;
@@ -359,6 +372,17 @@ static void forget(void)
 static void flush_fast(void);
 static double measure_pair_ns(int span_clock);
 
+/* Is the span of a call of n bytes on the CPU clock? */
+static int cpu_span(size_t n)
+{
+    return LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU && n >= LOAD(params.cpu_span_min);
+}
+
+static double pair_ns(size_t n)
+{
+    return cpu_span(n) ? pair_cpu_ns : PAIR_NS;
+}
+
 void cp_adapt_configure(const struct cp_adapt_params *p)
 {
     pthread_mutex_lock(&lock);
@@ -371,7 +395,12 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.hi = params.lo;
     forget();
     enabled = 1;
-    pair_ns = measure_pair_ns(params.span_clock);
+    pair_cpu_ns = measure_pair_ns(params.span_clock);
+    if (params.span_clock == CP_ADAPT_SPAN_CPU && !params.cpu_span_min)
+        params.cpu_span_min = params.stream_ns_per_byte > 0
+            ? (size_t)(CPU_SPAN_READS * (pair_cpu_ns - PAIR_NS) / 2.0
+                       / params.stream_ns_per_byte)
+            : 1;
     STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
     /* Held: only where the checks can undo it, and below the reuse window. */
     size_t held = params.held_max < params.reuse_bytes ? params.held_max
@@ -609,7 +638,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
     drain_quiet(s);
     struct role_state *a = &s->roles[s->role];
     double call = a->nclear ? a->clear[a->nclear - 1] * (double)n : 0;
-    double want = call > 0 ? pair_ns / (SAMPLE_SHARE * call) : 0;
+    double want = call > 0 ? pair_ns(n) / (SAMPLE_SHARE * call) : 0;
     s->stretch = want <= s->period ? s->period : want >= STRETCH_MAX ? STRETCH_MAX
                  : (uint32_t)want;
     uint32_t quiet = s->stretch - 2 < s->stretch ? s->stretch - 2 : 0;
@@ -665,14 +694,21 @@ int cp_adapt_choose(size_t n, const void *addr)
     if (fast >= 0)
         return fast;
     int ticket = choose(n, addr);
-    /* A timed call's span starts now, on the thread's CPU clock: a sleep,
-     * a wait or another process's time slice between clears is none of
-     * what the role costs the program, and only adds noise. */
+    /* A timed call's span starts now, on the thread's CPU clock where the
+     * span is long enough to pay for its read: a sleep, a wait or another
+     * process's time slice between clears is none of what the role costs
+     * the program, and only adds noise.  The span this call closes may be
+     * on it too. */
     if (ticket >= 0 && !(ticket & CP_ADAPT_UNTIMED)
-        && LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU)
+        && LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU) {
+        int open = span_open();
         /* (Not for a check alone: it times the clear, on the monotonic
          * clock, and opens no span.) */
-        span_mark = ticket & CP_ADAPT_CHECK && !span_open() ? 0 : cp_thread_cpu_ns();
+        span_mark.handed = !(ticket & CP_ADAPT_CHECK && !open);
+        span_mark.cpu = span_mark.handed && ((open && span.cpu)
+                                              || (ticket & CP_ADAPT_SAMPLE && cpu_span(n)))
+                        ? cp_thread_cpu_ns() : 0;
+    }
     return ticket;
 }
 
@@ -1409,9 +1445,10 @@ static void close_span(uint64_t start_ns)
         quiet_run(o, span.n, span.cls, span.ctx);
 }
 
-static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns)
+static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns, int cpu)
 {
     span.on = 1;
+    span.cpu = cpu;
     span.cls = cls;
     span.ctx = ctx;
     span.role = role;
@@ -1458,14 +1495,21 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         return;
     if (ticket & CP_ADAPT_CHECK)
         check_clear(n, cls, ctx, start_ns, end_ns);
-    /* The span's end (and the next one's start): this call's start on the
-     * span clock. */
-    uint64_t at = start_ns;
+    /* The span's end (and the next one's start): this call's start on
+     * each span's clock. */
+    uint64_t end = start_ns, at = start_ns;
+    int cpu = 0, can_open = 1;
     if (LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU) {
-        at = span_mark;
-        span_mark = 0;
-        if (!at)
+        if (!span_mark.handed)
             return;             /* no timed ticket handed out on this thread */
+        span_mark.handed = 0;
+        if (span_open() && span.cpu)
+            end = span_mark.cpu;    /* 0 where it was not read: no sample */
+        cpu = cpu_span(n);
+        if (cpu) {
+            at = span_mark.cpu;
+            can_open = at != 0;     /* not read: opens none */
+        }
     }
     if (pthread_mutex_trylock(&lock) != 0)
         return;
@@ -1479,12 +1523,12 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         note_clear(&s->roles[role], start_ns, end_ns, n);
     }
     int was_comparing = s->comparing;
-    close_span(at);
+    close_span(end);
     /* A sample call opens a span, unless its comparison just ended or its
      * settled context just took its sample. */
     if (ticket & CP_ADAPT_SAMPLE && was_comparing == s->comparing
-        && (s->comparing || (settled(s) && !s->resting)))
-        open_span(cls, ctx, role, n, at);
+        && (s->comparing || (settled(s) && !s->resting)) && can_open)
+        open_span(cls, ctx, role, n, at, cpu);
     pthread_mutex_unlock(&lock);
 }
 

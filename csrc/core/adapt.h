@@ -42,7 +42,8 @@
  * of the thread's next band clear (the clear and what the program did right
  * after it), on the thread's CPU clock where the configuration says so (a
  * sleep, a wait or another process's time slice is none of what a role
- * costs).  Streaming as the safe role (a large buffer not cleared lately)
+ * costs) and the call is at least cpu_span_min (the clock is a system
+ * call: a shorter span is on the monotonic clock).  Streaming as the safe role (a large buffer not cleared lately)
  * also ends a comparison after its first two pairs where ordinary stores
  * cost 1.5 times as much in both (their calls are the comparison's price);
  * so does streaming as the start role of a recent buffer above
@@ -152,6 +153,10 @@ struct cp_adapt_params {
     uint32_t margin_ppm;        /* streaming must cost this much less at the median */
     uint32_t seed;              /* of the draws that order each pair */
     int span_clock;             /* CP_ADAPT_SPAN_*: what a call's span is measured on */
+    size_t cpu_span_min;        /* with CP_ADAPT_SPAN_CPU: the spans of calls this large
+                                   or larger are on the CPU clock, the shorter ones on
+                                   the caller's (0: set at configure, where a streaming
+                                   clear costs CPU_SPAN_READS reads of the CPU clock) */
     double stream_ns_per_byte;  /* what a streaming clear costs, measured: a recent
                                    buffer taken as cached whose ordinary-store clear
                                    costs more, in 2 of 3 checks, is timed instead
