@@ -317,15 +317,19 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
                       hot_max_other=hot_other, why=tuple(why))
 
 
-#: Floor of the adaptive band.  Below it a clear lasts well under 0.3 us and
-#: what either choice could gain there is the order of a sampled clock read.
-ADAPT_FLOOR = 16 * KiB
+#: Floor of the adaptive band: a page.  A cold page streamed costs 0.5-0.8
+#: of its ordinary-store clear (walks of 4-14 KiB buffers on a Zen 3 guest,
+#: clear only), and the learner's spans at these sizes are on the monotonic
+#: clock (csrc/core/adapt.c, CPU_SPAN_READS), whose reads cost less than a
+#: tenth of such a clear.  Below a page, what either choice could gain is
+#: the order of the call itself.
+ADAPT_FLOOR = 4 * KiB
 
 
 def with_adaptive_band(cpu: CPU, th: Thresholds) -> Thresholds:
     """th with the band of sizes where adaptive auto chooses by measurement.
 
-    The rule: from 16 KiB to 4x the last-level cache, wherever the temporal
+    The rule: from a page to 4x the last-level cache, wherever the temporal
     and the streaming routine trade places (a buffer used again at once
     wants ordinary stores, a pool of cold pages left alone wants streaming
     ones, and only the program's own clears tell which it has).  Above a

@@ -1311,7 +1311,7 @@ def test_threads_never_wait_and_never_break_it(learner):
 
 
 @pytest.mark.parametrize("l2", [512 * KiB, 1 * MiB, 2 * MiB])
-def test_band_runs_from_16_kib_to_4x_the_l3(l2):
+def test_band_runs_from_4_kib_to_4x_the_l3(l2):
     """Wherever temporal and streaming stores trade places, not from the L2."""
     from clearpages import _cpu, _policy
 
@@ -1320,7 +1320,7 @@ def test_band_runs_from_16_kib_to_4x_the_l3(l2):
                  l1d=32 * KiB, l2=l2, l3=32 * MiB, cores=2, is_x86=True)
     th = _policy.with_adaptive_band(c, _policy.default_thresholds(
         c, frozenset(("rep_stosb", "avx2_nt", "libc"))))
-    assert (th.adapt_min, th.adapt_max) == (16 * KiB, 128 * MiB)
+    assert (th.adapt_min, th.adapt_max) == (4 * KiB, 128 * MiB)
 
 
 # ---- wired into clear(), plan() and the configuration -----------------------
@@ -1518,7 +1518,7 @@ def test_plan_stays_the_static_choice(config):
     assert (after.method, after.reason) == (before.method, before.reason)
     other = after.learned.split("other buffers: ")[1]
     assert other.startswith(_adapt_roles(n)[1] + ", streaming cost this program less")
-    assert "outside the adaptive band" in cp.plan(4096, threads=1).learned
+    assert "outside the adaptive band" in cp.plan(th.adapt_min // 2, threads=1).learned
     assert "only single clears" in cp.plan(n, count=4).learned
     assert set(_adapt.LEARNED) == {lib.CP_LEARNED_FIRST, lib.CP_LEARNED_CACHED,
                                    lib.CP_LEARNED_COMPARING, lib.CP_LEARNED_STREAMING,
