@@ -110,9 +110,10 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * on a Zen 3 one): read for every timed call of a comparison, it would
  * cost a 16 KiB clear several times its own time.  A span goes on it only
  * where a streaming clear of the call's size costs at least this many of
- * its reads (cpu_span_min); a shorter span is on the monotonic clock, and
- * a sleep or another process's time slice inside it is rare, and noise
- * that the paired comparison carries like any other. */
+ * its reads (cpu_span_min); a shorter span is on the monotonic clock, where
+ * a sleep or another process's time slice inside it is noise that both
+ * roles of the paired comparison carry (and a comparison it leaves
+ * undecided keeps the safe role). */
 #define CPU_SPAN_READS 8.0
 /* A cached context's checked clear is slow when it costs more than this
  * times a streaming clear (a cached buffer's ordinary-store clear costs
