@@ -285,9 +285,9 @@ static __thread struct {
     int handed;
     uint64_t cpu;
 } span_mark;
-/* What a timed pair costs with spans on the CPU clock (PAIR_NS and two of
- * its reads), measured when the learner is configured; PAIR_NS without. */
-static double pair_cpu_ns = PAIR_NS;
+/* What a read of the thread's CPU clock costs, measured when the learner
+ * is configured with spans on it (0 without). */
+static double cpu_read_ns;
 /* Spans open on all threads: while none is, a call need not look at its
  * thread's (a thread-local read is a call into the C library here). */
 static uint32_t spans_open;
@@ -371,7 +371,7 @@ static void forget(void)
 }
 
 static void flush_fast(void);
-static double measure_pair_ns(int span_clock);
+static double measure_cpu_read_ns(int span_clock);
 
 /* Is the span of a call of n bytes on the CPU clock? */
 static int cpu_span(size_t n)
@@ -379,9 +379,11 @@ static int cpu_span(size_t n)
     return LOAD(params.span_clock) == CP_ADAPT_SPAN_CPU && n >= LOAD(params.cpu_span_min);
 }
 
+/* What a timed pair of calls of n bytes costs: PAIR_NS, and two reads of
+ * the CPU clock where their spans are on it. */
 static double pair_ns(size_t n)
 {
-    return cpu_span(n) ? pair_cpu_ns : PAIR_NS;
+    return PAIR_NS + (cpu_span(n) ? 2.0 * cpu_read_ns : 0.0);
 }
 
 void cp_adapt_configure(const struct cp_adapt_params *p)
@@ -396,11 +398,10 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.hi = params.lo;
     forget();
     enabled = 1;
-    pair_cpu_ns = measure_pair_ns(params.span_clock);
+    cpu_read_ns = measure_cpu_read_ns(params.span_clock);
     if (params.span_clock == CP_ADAPT_SPAN_CPU && !params.cpu_span_min)
         params.cpu_span_min = params.stream_ns_per_byte > 0
-            ? (size_t)(CPU_SPAN_READS * (pair_cpu_ns - PAIR_NS) / 2.0
-                       / params.stream_ns_per_byte)
+            ? (size_t)(CPU_SPAN_READS * cpu_read_ns / params.stream_ns_per_byte)
             : 1;
     STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
     /* Held: only where the checks can undo it, and below the reuse window. */
@@ -442,19 +443,19 @@ uint64_t cp_adapt_now_ns(void)
     return cp_now_ns();
 }
 
-/* PAIR_NS and, where spans are on the CPU clock, two of its reads: a
- * system call, 0.1-0.6 us (a KVM guest's is the dearer), measured here. */
-static double measure_pair_ns(int span_clock)
+/* A read of the CPU clock, where spans are on it (else 0): a system call,
+ * 0.1-1.4 us (a KVM guest's is the dearer), measured here. */
+static double measure_cpu_read_ns(int span_clock)
 {
     if (span_clock != CP_ADAPT_SPAN_CPU)
-        return PAIR_NS;
+        return 0.0;
     enum { READS = 16 };
     uint64_t t0 = cp_now_ns();
     volatile uint64_t sink = 0;
     for (int i = 0; i < READS; i++)
         sink += cp_thread_cpu_ns();
     (void)sink;
-    return PAIR_NS + 2.0 * (double)(cp_now_ns() - t0) / READS;
+    return (double)(cp_now_ns() - t0) / READS;
 }
 
 static int size_class(size_t n)

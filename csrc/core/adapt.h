@@ -43,8 +43,9 @@
  * after it), on the thread's CPU clock where the configuration says so (a
  * sleep, a wait or another process's time slice is none of what a role
  * costs) and the call is at least cpu_span_min (the clock is a system
- * call: a shorter span is on the monotonic clock).  Streaming as the safe role (a large buffer not cleared lately)
- * also ends a comparison after its first two pairs where ordinary stores
+ * call: a shorter span is on the monotonic clock).  Streaming as the safe
+ * role (a large buffer not cleared lately) also ends a comparison after
+ * its first two pairs where ordinary stores
  * cost 1.5 times as much in both (their calls are the comparison's price);
  * so does streaming as the start role of a recent buffer above
  * recent_max, where each ordinary-store clear alone in the window cost
