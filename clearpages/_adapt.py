@@ -88,6 +88,17 @@ HELD = (
     "here, although larger than {recent_max}, so ordinary stores keep it there for the "
     "program, untimed (3 checks that find it slower hand it to a comparison)")
 
+#: LEARNED's CP_LEARNED_CACHED for a size above recent_max that no
+#: comparison has found kept, nor not kept: presumed kept (kept_max).
+PRESUMED = (
+    "cleared within the last {reuse} of clears (each large buffer cleared since counted "
+    "once) and no larger than {kept_max}: near the static threshold, {recent_max}, the "
+    "cache keeps such a buffer about as often as not, and ordinary stores lose little "
+    "where it does not, so they run untimed while its clears, timed alone now and then, "
+    "cost no more than 1.05x a streaming clear in at least 3 of the latest 5 (3 checks "
+    "that find it slower hand it to a comparison, and one that finds it not kept ends "
+    "this for its size)")
+
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
     lib.CP_ADAPT_BY_START: "its first calls",
@@ -130,6 +141,9 @@ class Learned:
     timed: int
     comparisons: int
     switches: int
+    kept: int = 0
+    """The size class above recent_max: 1 a comparison found it kept in the
+    cache, -1 found it not kept, 0 neither."""
 
     @property
     def sizes(self) -> str:
@@ -140,10 +154,12 @@ class Learned:
         """Why it runs :attr:`method` (the reason table :data:`LEARNED`;
         :data:`HELD` for a cached class above recent_max)."""
         held = self.learned == lib.CP_LEARNED_CACHED and (1 << self.size_class) >= recent_max
-        return (HELD if held else LEARNED[self.learned]).format(
+        text = (HELD if self.kept > 0 else PRESUMED) if held else LEARNED[self.learned]
+        return text.format(
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
-            reuse=format_size(reuse), recent_max=format_size(recent_max))
+            reuse=format_size(reuse), recent_max=format_size(recent_max),
+            kept_max=format_size(_params().kept_max))
 
     def start_reason(self, recent_max: int) -> str:
         """Why it runs :attr:`start` before anything is known."""
@@ -188,6 +204,17 @@ def reuse_bytes(th: Thresholds) -> int:
 #: of calls every quarter of it (three pairs see a change) and is compared
 #: again after sixteen times it, the gap doubling while the role holds.
 RECENT_MAX_DIVISOR = 2
+#: A recent buffer above recent_max and up to this many times it (at most
+#: half the window) is held as cached from its first call, as a size class
+#: found kept is, until a comparison of its class finds otherwise: at the
+#: static threshold the cache keeps such a buffer about as often as not (on
+#: a Zen 3 guest, L2 512 KiB, ordinary stores cleared one of 8.8-14 MiB back
+#: to back as fast as streaming did, or up to 1.4x faster, and 1.5x faster
+#: with random writes after each clear; the Intel guest kept 32 MiB and not
+#: 48), its checks find one that is not within about 30 calls (16 wait out
+#: the refill after its first clear), and comparing
+#: costs such a buffer a refill of several milliseconds per pair.
+KEPT_FACTOR = 1.5
 DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
@@ -248,6 +275,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         half = reuse // RECENT_MAX_DIVISOR
         p.recent_max = min(recent, half) if recent else half // 2
         p.held_max = reuse - 1
+        p.kept_max = min(int(p.recent_max * KEPT_FACTOR), half)
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
@@ -298,7 +326,7 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
                            int(st.start), int(st.trigger), gbps, cost, int(st.pairs), int(st.wins),
                            float(st.ratio),
                            int(st.calls), int(st.timed), int(st.comparisons),
-                           int(st.switches)))
+                           int(st.switches), int(st.kept)))
     return out
 
 
@@ -310,12 +338,17 @@ def learned_all(th: Thresholds) -> list[Learned]:
     return [x for c in range(lo, hi + 1) for x in learned(c)]
 
 
+def _params() -> Any:
+    """The learner's parameters as configured."""
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    return p
+
+
 def recent_max() -> int:
     """A recent buffer up to this size is in the cache: ordinary stores,
     untimed (as the learner is configured)."""
-    p = ffi.new("struct cp_adapt_params *")
-    lib.cp_adapt_params(p)
-    return int(p.recent_max)
+    return int(_params().recent_max)
 
 
 #: plan()'s ``learned`` where the policy did not ask the learner, by the

@@ -440,20 +440,22 @@ def held_run(n: int, seed: int, calls: int, factor, taught: bool = True) -> Prog
 def test_a_recent_buffer_above_recent_max_that_stays_in_the_cache_is_held(learner, n):
     """Above recent_max, on a machine that keeps it in the cache cleared back
     to back: it starts on streaming, and its first comparison finds its
-    ordinary-store clears cheaper than streaming ones once it came back
-    into the cache, so from then on it is held as cached: ordinary stores,
-    only the checks timed, never compared again.  plan() says why."""
+    ordinary-store clears cheaper than streaming ones once it came back into the cache,
+    and each of its first two pairs finds them cheaper to the program: it
+    ends there, and from then on the buffer is held as cached: ordinary
+    stores, only the checks timed, never compared again.  plan() says why."""
     held(learner)
     for seed in range(3):
         prog = held_run(n, seed, 500, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
         assert prog.roles[0] == S           # not recent yet, and above a quarter of the window
         assert prog.roles[1:17] == [S] * 16     # its start role, untimed
-        assert prog.settled_from(T) <= 80, seed
+        assert prog.settled_from(T) <= 52, seed
         start = 1 + 16 + prog.settled_from(T, 17)
         assert prog.roles[start:] == [T] * (500 - start)
         assert all(is_check(t) for t in prog.tickets[start + 8:] if not untimed(t))
         st = stat(n.bit_length() - 1, RECENT)
         assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 1, seed
+        assert st.pairs == 2 and st.kept == 1, seed
     said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(n.bit_length() - 1)
             if x.context == RECENT]
     assert len(said) == 1 and "no more than 1.05x a streaming clear" in said[0], said
@@ -513,6 +515,72 @@ def test_a_size_the_machine_keeps_is_held_from_the_next_buffers_first_recent_cal
     prog = Program(seed=3)
     prog.loop(n + 2 * MiB, 40, cost=(WARM[S] * 0.75, WARM[S]))
     assert prog.roles[1:17] == [S] * 16
+
+
+def test_a_kept_buffer_that_costs_the_program_more_on_ordinary_stores_is_compared_in_full(
+        learner):
+    """A recent buffer of 24 MiB the machine keeps (kept_shape), in a
+    program whose time after an ordinary-store clear is a streaming clear's
+    longer (its other data, pushed out): the early verdict for ordinary
+    stores needs both pairs to find streaming dearer, so the comparison
+    runs the four pairs and more that a verdict needs, and streaming wins,
+    in each of 3 programs."""
+    held(learner)
+    n = 24 * MiB
+    for seed in range(3):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        for i in range(200):
+            x = kept_shape(since_streaming(prog)) if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]), use=(n * WARM[S], 0.0))
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_STREAMING and st.pairs >= 4, (seed, st.pairs)
+
+
+def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_call(learner):
+    """Up to kept_max (12 MiB here, recent_max 8 MiB), a recent buffer the
+    machine keeps is held as cached from its first recent call, never
+    compared, only its checks timed; plan() says it is presumed kept.  One
+    above kept_max starts on streaming and is compared."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+    for seed in range(3):
+        prog = held_run(n, seed, 300, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
+        assert prog.roles[1:] == [T] * 299, seed
+        assert any(is_check(t) for t in prog.tickets)
+        assert all(is_check(t) for t in prog.tickets[1:] if not untimed(t)), seed
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0 and st.kept == 0
+    said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(n.bit_length() - 1)
+            if x.context == RECENT]
+    assert len(said) == 1 and "no larger than 12 MiB: near the static threshold" in said[0]
+    prog = held_run(13 * MiB, 0, 40, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
+    assert prog.roles[1:17] == [S] * 16
+    assert stat(23, RECENT).comparisons == 1
+
+
+def test_a_size_presumed_kept_that_the_machine_does_not_keep_is_found_out(learner):
+    """A recent buffer of 10 MiB (up to kept_max, so presumed kept) whose
+    ordinary-store clears stay twice a streaming clear's and more
+    (not_kept): its checks find it out within 32 calls (they wait out the
+    refill after its first clear, 16 calls, then 3 of them, 4 calls apart,
+    must find it slow), the comparison
+    settles on streaming, and the size class is marked not kept: another
+    buffer of its size starts on streaming, in each of 5 programs."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+    for seed in range(5):
+        prog = held_run(n, seed, 200, lambda i, k: not_kept(k) if i else 1.0, taught=False)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.learned == lib.CP_LEARNED_STREAMING
+        assert st.kept == -1, seed
+        compared = next(i for i, t in enumerate(prog.tickets)
+                        if i and not untimed(t) and not is_check(t))
+        assert compared <= 32, (seed, compared)
+        assert prog.settled_from(S) <= 64, seed
+        other = Program(seed=seed)
+        other.loop(n + 1 * MiB, 40, cost=(WARM[S] * 2.3, WARM[S]), addr=HOT + 64 * MiB)
+        assert other.roles[:17] == [S] * 17, seed
 
 
 @pytest.mark.parametrize("refill", [REFILL_SHORT, REFILL_LONG], ids=["short", "long"])
@@ -709,7 +777,8 @@ def test_a_buffer_as_large_as_the_cache_streams_untimed(learner, n):
 def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, recent, want):
     """As configured: a recent buffer up to the CPU's static streaming
     threshold (half the L3, at most 16 L2s) is taken as in the cache, never
-    more than half the reuse window; a buffer not cleared lately starts on
+    more than half the reuse window, and one up to 1.5 times that, at most
+    half the window, is presumed kept; a buffer not cleared lately starts on
     streaming above a quarter of it, whatever recent_max is."""
     import dataclasses
 
@@ -722,6 +791,7 @@ def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, rece
     lib.cp_adapt_params(p)
     assert p.reuse_bytes == 32 * MiB and p.recent_max == want
     assert p.held_max == 32 * MiB - 1           # held up to the window, while checked
+    assert p.kept_max == min(want * 3 // 2, 16 * MiB)
     assert _adapt.recent_max() == want
     assert role(lib.cp_adapt_choose(12 * MiB, ffi.cast("void *", POOL))) == S
     assert role(lib.cp_adapt_choose(6 * MiB, ffi.cast("void *", POOL + 64 * MiB))) == T

@@ -170,6 +170,8 @@ struct ctx_state {
                                    len[1] - 1 */
     int first;                  /* the role of the pair's first block */
     double fill[2];             /* this pair's ln cost per role so far */
+    double least;               /* the cheapest ordinary-store clear alone, ns per byte,
+                                   since the comparison started (0: none yet) */
     unsigned have;              /* bit per role: fill holds it */
     int warmup;                 /* the comparison's first pair is still to complete:
                                    not counted (start_comparison) */
@@ -234,13 +236,16 @@ static struct cp_adapt_params params;
 /* cached_most: the largest recent buffer taken as cached, recent_max or
  * held_max (what choose() tests, one load). */
 static size_t band_lo, band_hi, recent_most, cached_most;
-/* A size class above recent_most whose recent buffers this machine has
- * shown it keeps in the cache (settle, keeps_in_cache): its recent buffers
- * are held as cached, up to cached_most, from their first recent call; the
- * others are timed like any buffer, starting on streaming.  Set and
- * cleared by comparisons, forgotten with the rest (relaxed atomics, read
- * without the lock). */
+/* Per size class above recent_most: 1 where this machine has shown it
+ * keeps its recent buffers in the cache (settle, keeps_in_cache), -1 where
+ * it has shown it does not, 0 not known.  Where kept, and where not known
+ * up to kept_most (kept_max: sizes near recent_max, presumed kept), its
+ * recent buffers are held as cached, up to cached_most, from their first
+ * recent call (held_kept); the others are timed like any buffer, starting
+ * on streaming.  Set by comparisons, forgotten with the rest (relaxed
+ * atomics, read without the lock). */
 static int kept_class[CP_ADAPT_CLASSES];
+static size_t kept_most;
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -409,6 +414,8 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
                   : params.reuse_bytes - 1;
     STORE(cached_most, recent_most && params.check_bytes && held > recent_most ? held
                        : recent_most);
+    STORE(kept_most, LOAD(cached_most) > recent_most
+                     ? (params.kept_max < cached_most ? params.kept_max : cached_most) : 0);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
     pthread_mutex_unlock(&lock);
@@ -714,6 +721,15 @@ int cp_adapt_choose(size_t n, const void *addr)
     return ticket;
 }
 
+/* Whether a recent buffer of n bytes above recent_max is held as cached:
+ * its size class found kept, or the size presumed kept (kept_most) and the
+ * class not found otherwise. */
+static int held_kept(size_t n, int cls)
+{
+    int kept = LOAD(kept_class[cls]);
+    return kept > 0 || (!kept && n <= LOAD(kept_most));
+}
+
 static int choose(size_t n, const void *addr)
 {
     flush_fast();
@@ -723,10 +739,10 @@ static int choose(size_t n, const void *addr)
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
     if (ctx && n <= LOAD(cached_most) && !LOAD(s->evicted)
-        && (n <= LOAD(recent_most) || LOAD(kept_class[cls])))
+        && (n <= LOAD(recent_most) || held_kept(n, cls)))
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
-    if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most) && LOAD(kept_class[cls])) {
+    if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most) && held_kept(n, cls)) {
         /* A buffer of a held size not cleared lately is out of the cache,
          * and its next clears, recent, bring it back only bit by bit: on
          * the Zen 5 guest the ordinary-store clears after such a clear
@@ -846,6 +862,7 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->learned = CP_LEARNED_COMPARING;
     s->pos = 0;
     s->have = 0;
+    s->least = 0;
     if (!resume) {
         s->pairs = s->used = s->dropped = s->wins = 0;
         s->sum = s->sumsq = 0;
@@ -1015,8 +1032,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
                  * runs 7-11 calls, some hardly faster than the one before;
                  * a buffer that does not come back, as dear from the
                  * block's first call on, grows it only by its noise; before
-                 * its size was found kept, not past a clear REFILL_FAR
-                 * off). */
+                 * its size was found kept or presumed kept, not past a
+                 * clear REFILL_FAR off). */
                 const struct role_state *a = &s->roles[t];
                 unsigned k = a->nclear, done = s->len[t] - 1;
                 double now = k ? a->clear[k - 1] : 0.0;
@@ -1024,7 +1041,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
                 if ((k >= 2 && now < (1.0 - params.refill_gain) * a->clear[k - 2])
                     || (held && k && now > HELD_MARGIN * stream
                         && now < a->clear[done < k ? k - done : 0]
-                        && (LOAD(kept_class[cls]) || now <= REFILL_FAR * stream)))
+                        && (held_kept(n, cls) || now <= REFILL_FAR * stream)))
                     s->len[t]++;
             }
             uint32_t head = s->len[s->first], both = head + s->len[!s->first];
@@ -1068,8 +1085,12 @@ static double clear_median(const struct role_state *a)
     return k ? v[(k - 1) / 2] : 0.0;
 }
 
-/* The cheapest ordinary-store clear in the window, alone, over the
- * median streaming one (0 where either role has none). */
+/* The cheapest ordinary-store clear alone, in the window or since the
+ * comparison started, over the median streaming one in the window (0
+ * where either role has none).  Since the comparison started: whether
+ * the window's latest temporal calls include the buffer back in the cache
+ * depends on the order of the last pairs' blocks (a refill of 16 calls
+ * reaches it only where a pair's temporal block follows the one before). */
 static double clear_gap(const struct ctx_state *s)
 {
     const struct role_state *t = &s->roles[CP_ADAPT_TEMPORAL];
@@ -1079,6 +1100,8 @@ static double clear_gap(const struct ctx_state *s)
     double least = t->clear[0];
     for (unsigned i = 1; i < t->nclear; i++)
         least = t->clear[i] < least ? t->clear[i] : least;
+    if (s->least > 0 && s->least < least)
+        least = s->least;
     return least / stream;
 }
 
@@ -1173,7 +1196,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         if (!keeps_in_cache(s)) {
             /* Timed from now on, on the role settled, as any context: the
              * evicted path below would take it as cached again. */
-            STORE(kept_class[cls], 0);
+            STORE(kept_class[cls], -1);
             s->overruled = 0;
             return;
         }
@@ -1346,6 +1369,26 @@ static int early_streaming(const struct ctx_state *s)
     return 1;
 }
 
+/* The early verdict the other way: a recent buffer of a held size, its
+ * start role streaming (a guess), whose ordinary-store clears alone came
+ * back into the cache (keeps_in_cache) and each of whose first EARLY_PAIRS
+ * pairs found streaming dearer to the program.  At such sizes every pair
+ * costs a refill: the temporal block's calls while the buffer comes back
+ * into the cache after the streaming block pushed it out, 2-4 times a
+ * streaming clear at first and 5-10 calls long at 8.8-13 MiB on the Zen 3
+ * guest, milliseconds a pair; where two pairs found the buffer kept and
+ * the program better off for it, two more would only pay that again. */
+static int early_kept(const struct ctx_state *s, size_t n)
+{
+    if (s->pairs != EARLY_PAIRS || s->safe != CP_ADAPT_TEMPORAL
+        || !held_size(n, (int)(s - table[size_class(n)])) || !keeps_in_cache(s))
+        return 0;
+    for (unsigned i = 0; i < EARLY_PAIRS; i++)
+        if (!(s->lr[i] > 0))
+            return 0;
+    return 1;
+}
+
 /* A sample of role's cost (ln ns per byte) from a closed span. */
 static void sample(struct ctx_state *s, int role, double x, size_t n)
 {
@@ -1371,6 +1414,10 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
             if (early_streaming(s)) {
                 s->used = s->wins = s->pairs;
                 settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
+            } else if (early_kept(s, n)) {
+                s->used = s->pairs;
+                s->wins = 0;
+                settle(s, CP_ADAPT_TEMPORAL, CP_LEARNED_TEMPORAL, n);
             }
             return;
         }
@@ -1523,6 +1570,10 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
     if (!untimed_context(s)) {                  /* else timed only to close a span */
         s->timed++;
         note_clear(&s->roles[role], start_ns, end_ns, n);
+        const struct role_state *a = &s->roles[role];
+        double x = a->clear[a->nclear - 1];
+        if (s->comparing && role == CP_ADAPT_TEMPORAL && (!(s->least > 0) || x < s->least))
+            s->least = x;
     }
     int was_comparing = s->comparing;
     close_span(end);
@@ -1571,6 +1622,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         out->comparisons = s->comparisons;
         out->switches = s->switches;
         out->period = s->stretch > s->period ? s->stretch : s->period;
+        out->kept = LOAD(kept_class[size_class]);
     }
     pthread_mutex_unlock(&lock);
     return have;

@@ -26,7 +26,10 @@
  * streaming ones), and on its own vote (3 of its latest 5 checks above
  * 1.05x a streaming clear; its checks wait out the refill after a clear
  * of it outside the window): how much of the cache one program keeps is
- * the machine's, and its neighbours'.
+ * the machine's, and its neighbours'.  Up to kept_max (sizes near
+ * recent_max, kept about as often as not) it is held so from its first
+ * recent call, presumed kept, until a comparison of its size class finds
+ * the machine does not keep it.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
@@ -49,7 +52,11 @@
  * cost 1.5 times as much in both (their calls are the comparison's price);
  * so does streaming as the start role of a recent buffer above
  * recent_max, where each ordinary-store clear alone in the window cost
- * 1.5 times the streaming ones too (the machine does not keep it).
+ * 1.5 times the streaming ones too (the machine does not keep it).  The
+ * other way, that buffer's comparison ends on ordinary stores after two
+ * pairs where both found streaming dearer and its ordinary-store clears
+ * alone came back below 0.9 times the streaming ones (the machine keeps
+ * it; each pair costs the refill after the streaming block).
  * Where ordinary stores are the safe role of a buffer not cleared lately
  * (a walk: each role one call at a time), the first pair is run and not
  * counted: its streaming call is the first after a long run of ordinary
@@ -145,6 +152,12 @@ struct cp_adapt_params {
                                    found its size class kept in the cache, and while
                                    its checks find its ordinary-store clear no dearer
                                    than a streaming one (0: none; needs the checks) */
+    size_t kept_max;            /* ... and one of at most this many (up to held_max)
+                                   from its first recent call, unless a comparison
+                                   found its size class not kept: near recent_max a
+                                   buffer is as likely kept as not, and ordinary
+                                   stores, as memset, lose little where it is not,
+                                   until its checks find it out (0: none) */
     size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
@@ -193,6 +206,8 @@ struct cp_adapt_stat {
     double ratio;               /* their median streaming / temporal cost; 0: none */
     uint64_t calls, timed, comparisons, switches;
     uint32_t period;            /* settled: a timed pair every `period` calls */
+    int kept;                   /* the size class: 1 found kept in the cache, -1 found
+                                   not kept (above recent_max), 0 not known */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
