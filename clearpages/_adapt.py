@@ -49,13 +49,18 @@ START = {
         "first (where comparing decides nothing, {safe})"),
 }
 
+#: The pieces the reasons of a recent buffer taken as cached share.
+_RECENT = ("cleared within the last {reuse} of clears (each large buffer cleared since "
+           "counted once)")
+_HELD_CHECKS = ("its clears, timed alone now and then, cost no more than 1.05x a streaming "
+                "clear in at least 3 of the latest 5")
+
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
 #: reason; the fields come from :class:`Learned` and the learner's parameters.
 LEARNED = {
     lib.CP_LEARNED_FIRST: "nothing compared yet: {start}",
     lib.CP_LEARNED_CACHED: (
-        "cleared within the last {reuse} of clears (each large buffer cleared since counted "
-        "once) and no larger than {recent_max}, so still "
+        _RECENT + " and no larger than {recent_max}, so still "
         "in the cache: ordinary stores keep it there for the program, untimed (a clear now "
         "and then timed alone, to check)"),
     lib.CP_LEARNED_COMPARING: (
@@ -81,21 +86,17 @@ LEARNED = {
 #: cached once a comparison found the machine keeps it, and while its
 #: checks find it in the cache (held_max).
 HELD = (
-    "cleared within the last {reuse} of clears (each large buffer cleared since counted "
-    "once), a comparison found this machine keeps a buffer of its size in the cache, "
-    "and its clears, timed alone now and then, "
-    "cost no more than 1.05x a streaming clear in at least 3 of the latest 5: in the cache "
+    _RECENT + ", a comparison found this machine keeps a buffer of its size in the cache, "
+    "and " + _HELD_CHECKS + ": in the cache "
     "here, although larger than {recent_max}, so ordinary stores keep it there for the "
     "program, untimed (3 checks that find it slower hand it to a comparison)")
 
 #: LEARNED's CP_LEARNED_CACHED for a size above recent_max that no
 #: comparison has found kept, nor not kept: presumed kept (kept_max).
 PRESUMED = (
-    "cleared within the last {reuse} of clears (each large buffer cleared since counted "
-    "once) and no larger than {kept_max}: near the static threshold, {recent_max}, the "
-    "cache keeps such a buffer about as often as not, and ordinary stores lose little "
-    "where it does not, so they run untimed while its clears, timed alone now and then, "
-    "cost no more than 1.05x a streaming clear in at least 3 of the latest 5 (3 checks "
+    _RECENT + " and no larger than {kept_max}: near the static threshold, {recent_max}, "
+    "the cache keeps such a buffer about as often as not, and ordinary stores lose little "
+    "where it does not, so they run untimed while " + _HELD_CHECKS + " (3 checks "
     "that find it slower hand it to a comparison, and one that finds it not kept ends "
     "this for its size)")
 

@@ -1341,13 +1341,25 @@ static void count_pair(struct ctx_state *s, unsigned i)
     s->sumsq += c * c;
 }
 
+/* Has the comparison run exactly EARLY_PAIRS pairs, each of whose
+ * sign * ln(streaming / temporal) is above `above`? */
+static int early_pairs(const struct ctx_state *s, double sign, double above)
+{
+    if (s->pairs != EARLY_PAIRS)
+        return 0;
+    for (unsigned i = 0; i < EARLY_PAIRS; i++)
+        if (!(sign * s->lr[i] > above))
+            return 0;
+    return 1;
+}
+
 /* The early verdict: did each of this comparison's first EARLY_PAIRS
  * pairs find ordinary stores EARLY_FACTOR times dearer, where streaming is
  * the safe role?  Where it is the start role only (a recent buffer above
  * recent_max, 16 MiB or more wherever the L3 is 32 MiB or more: clears of
  * a millisecond and more, as the large cold buffers'), every
- * ordinary-store clear alone in the window must have cost EARLY_FACTOR
- * times the streaming ones too: the program's noisy work can make two
+ * ordinary-store clear alone (in the window, and since the comparison
+ * started) must have cost EARLY_FACTOR times the streaming ones too: the program's noisy work can make two
  * pairs look apart, and a clear alone has none of it.  On the Zen 4 guest,
  * which does not keep such a buffer, the cheapest ordinary-store clear of
  * such a comparison cost 1.6x a streaming one at 20 MiB and 1.8-1.9x at
@@ -1358,15 +1370,9 @@ static void count_pair(struct ctx_state *s, unsigned i)
  * makes the ordinary stores' pairs cheaper: neither ends early. */
 static int early_streaming(const struct ctx_state *s)
 {
-    if (s->pairs != EARLY_PAIRS)
-        return 0;
-    if (s->safe != CP_ADAPT_STREAMING
-        && (s->start != CP_ADAPT_STREAMING || !(clear_gap(s) > EARLY_FACTOR)))
-        return 0;
-    for (unsigned i = 0; i < EARLY_PAIRS; i++)
-        if (!(-s->lr[i] > log(EARLY_FACTOR)))
-            return 0;
-    return 1;
+    return early_pairs(s, -1.0, log(EARLY_FACTOR))
+           && (s->safe == CP_ADAPT_STREAMING
+               || (s->start == CP_ADAPT_STREAMING && clear_gap(s) > EARLY_FACTOR));
 }
 
 /* The early verdict the other way: a recent buffer of a held size, its
@@ -1380,13 +1386,8 @@ static int early_streaming(const struct ctx_state *s)
  * the program better off for it, two more would only pay that again. */
 static int early_kept(const struct ctx_state *s, size_t n)
 {
-    if (s->pairs != EARLY_PAIRS || s->safe != CP_ADAPT_TEMPORAL
-        || !held_size(n, (int)(s - table[size_class(n)])) || !keeps_in_cache(s))
-        return 0;
-    for (unsigned i = 0; i < EARLY_PAIRS; i++)
-        if (!(s->lr[i] > 0))
-            return 0;
-    return 1;
+    return early_pairs(s, 1.0, 0.0) && s->safe == CP_ADAPT_TEMPORAL
+           && held_size(n, (int)(s - table[size_class(n)])) && keeps_in_cache(s);
 }
 
 /* A sample of role's cost (ln ns per byte) from a closed span. */
