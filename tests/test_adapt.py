@@ -537,6 +537,34 @@ def test_a_kept_buffer_that_costs_the_program_more_on_ordinary_stores_is_compare
         assert st.learned == lib.CP_LEARNED_STREAMING and st.pairs >= 4, (seed, st.pairs)
 
 
+def test_a_held_buffer_the_program_works_on_after_each_clear_is_compared_at_once(learner):
+    """A recent buffer of 24 MiB the machine keeps (kept_shape), in a
+    program that works on it after each clear for longer than the clear (3
+    streaming clears' time after a streaming clear, which left it out of
+    the cache; 1.2 after an ordinary-store one): its start role's calls 3-5
+    are timed, their spans find the work (twice the clear and more), and
+    the buffer is compared from its seventh call, not after 16; ordinary
+    stores win and hold it, in each of 3 programs.  A program that does
+    nothing after the clear waits the 16 calls (the tests above)."""
+    held(learner)
+    n = 24 * MiB
+    for seed in range(3):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        for i in range(200):
+            x = kept_shape(since_streaming(prog)) if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]),
+                      use=(1.2 * n * WARM[S], 3.0 * n * WARM[S]))
+        assert [untimed(t) for t in prog.tickets[1:6]] == [True, True, False, False, False]
+        assert all(is_sample(t) for t in prog.tickets[3:6]), seed
+        assert prog.roles[1:7] == [S] * 6, seed
+        assert T in prog.roles[7:12], seed
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 1 and st.kept == 1
+        assert prog.share(T, 40) == 1.0, seed
+        assert prog.spent <= 1.1 * prog.best, seed
+
+
 def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_call(learner):
     """Up to kept_max (12 MiB here, recent_max 8 MiB), a recent buffer the
     machine keeps is held as cached from its first recent call, never

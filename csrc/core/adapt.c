@@ -59,8 +59,11 @@ enum {
     CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
     REFILL_BLOCK = 8,           /* the longest temporal block of a recent buffer's
                                    comparison (refill_gain) */
-    REFILL_HELD = 16            /* a held buffer's: and the calls its checks wait
+    REFILL_HELD = 16,           /* a held buffer's: and the calls its checks wait
                                    out after its clear outside the window */
+    PROBE_FROM = 3,             /* a held buffer on streaming before anything is
+                                   known: its calls from this one on ... */
+    PROBES = 3                  /* ... this many, are timed (busy_program) */
 };
 
 /* The verdict is a t test on the counted pairs' ln(streaming / temporal)
@@ -141,6 +144,22 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * call of a longer block costs 1.5-3 streaming ones (1.6-3.4x from the
  * sixth call on at 27.5 MiB, mostly 1.9-2.4x). */
 #define REFILL_FAR 1.5
+/* A held buffer's first calls, streamed (its start role), where what the
+ * program does after each clear takes BUSY_FACTOR times the clear or more
+ * (the median of PROBES spans, each over the streaming clears' median):
+ * the program is compared from then on, not after FIRST_LIKELY calls.
+ * Waiting is what keeps a short phase from paying a comparison, whose
+ * every pair costs the refill after its streaming block (2-4 times a
+ * clear at first); where the program's own work is as long as the clear
+ * and more, that refill is a smaller part of each pair, and a program
+ * that reads the buffer after the clear is where ordinary stores win
+ * most: "pad" (half of each 4 KiB row written, then the buffer summed) at
+ * 16 MiB on the Zen 3 guest runs its clear and its work in 0.6 + 1.7 ms
+ * streamed, 0.35-0.55 + 0.55-0.95 ms on ordinary stores; in a phase of 66
+ * calls the first 17 ran streamed, and auto came to 0.75 of rep_stosb
+ * (0.88 compared from the seventh).  A clear-only program's span is its
+ * clear (1.0-1.1 times it): it waits as before. */
+#define BUSY_FACTOR 2.0
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -172,6 +191,11 @@ struct ctx_state {
     double fill[2];             /* this pair's ln cost per role so far */
     double least;               /* the cheapest ordinary-store clear alone, ns per byte,
                                    since the comparison started (0: none yet) */
+    /* Before the first comparison (busy_program). */
+    float probe[PROBES];        /* ln(span / the clear alone) of the start role */
+    unsigned nprobe;
+    int busy;                   /* the program's work takes BUSY_FACTOR times the
+                                   clear: compared now */
     unsigned have;              /* bit per role: fill holds it */
     int warmup;                 /* the comparison's first pair is still to complete:
                                    not counted (start_comparison) */
@@ -933,6 +957,8 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
     s->start = start_role(n, ctx);
     s->role = s->start;
     s->learned = CP_LEARNED_FIRST;
+    s->nprobe = 0;
+    s->busy = 0;
     /* A recent buffer is the one the last role left in or out of the cache,
      * so each role runs two calls in a row and the second is its sample:
      * an ordinary-store clear right after a streaming one reads the buffer
@@ -997,15 +1023,21 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     s->since++;
     int ticket;
     int likely = ctx || s->start == CP_ADAPT_STREAMING;
-    if (s->learned == CP_LEARNED_FIRST && s->calls <= (likely ? FIRST_LIKELY : 1)) {
+    if (s->learned == CP_LEARNED_FIRST && !s->busy
+        && s->calls <= (likely ? FIRST_LIKELY : 1)) {
         /* The context's first calls: the start role.  Where it is likely
          * right (a recent buffer, probably in the cache, or above
          * recent_max too large to stay there; a large one not cleared
          * lately, which is not in it), comparing costs more than it is
          * likely to find, and is left to a buffer cleared again and again;
          * comparing on a recent buffer costs more than either role besides
-         * (each role's first call finds it as the other left it). */
-        ticket = ticket_of(cls, ctx, s->start, 0) | CP_ADAPT_UNTIMED;
+         * (each role's first call finds it as the other left it).  A held
+         * buffer's few probes are timed (busy_program). */
+        int probe = held_size(n, ctx) && s->start == CP_ADAPT_STREAMING
+                    && s->calls >= PROBE_FROM && s->calls < PROBE_FROM + PROBES;
+        ticket = ticket_of(cls, ctx, s->start, probe);
+        if (!probe)
+            ticket |= CP_ADAPT_UNTIMED;
     } else {
         if (s->learned == CP_LEARNED_FIRST)
             start_comparison(s, CP_ADAPT_BY_START);
@@ -1390,9 +1422,25 @@ static int early_kept(const struct ctx_state *s, size_t n)
            && held_size(n, (int)(s - table[size_class(n)])) && keeps_in_cache(s);
 }
 
+/* A probe of a held buffer's first calls (BUSY_FACTOR): its span against
+ * the median of its role's clears alone so far. */
+static void busy_program(struct ctx_state *s, int role, double x)
+{
+    double clear = clear_median(&s->roles[role]);
+    if (s->nprobe >= PROBES || !(clear > 0))
+        return;
+    s->probe[s->nprobe++] = (float)(x - log(clear));
+    if (s->nprobe == PROBES)
+        s->busy = median_of(s->probe, PROBES) > log(BUSY_FACTOR);
+}
+
 /* A sample of role's cost (ln ns per byte) from a closed span. */
 static void sample(struct ctx_state *s, int role, double x, size_t n)
 {
+    if (s->learned == CP_LEARNED_FIRST) {
+        busy_program(s, role, x);
+        return;
+    }
     if (s->comparing) {
         s->fill[role] = x;
         s->have |= 1u << role;
@@ -1581,7 +1629,8 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
     /* A sample call opens a span, unless its comparison just ended or its
      * settled context just took its sample. */
     if (ticket & CP_ADAPT_SAMPLE && was_comparing == s->comparing
-        && (s->comparing || (settled(s) && !s->resting)) && can_open)
+        && (s->comparing || (settled(s) && !s->resting) || s->learned == CP_LEARNED_FIRST)
+        && can_open)
         open_span(cls, ctx, role, n, at, cpu);
     pthread_mutex_unlock(&lock);
 }

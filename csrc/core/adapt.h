@@ -37,7 +37,9 @@
  * larger than a quarter of reuse_bytes, which is not in the cache and too
  * large for ordinary stores to pay for reading it in.  A recent buffer
  * larger than recent_max that its checks found out of the cache (or
- * unchecked) starts on streaming, and falls back on ordinary stores.  The
+ * unchecked) starts on streaming, and falls back on ordinary stores; it is
+ * compared after its first 16 calls, or after 6 where the program's work
+ * after each clear took twice the clear (its calls 3-5 are timed).  The
  * other role is chosen only on decisive evidence, by paired comparison: the
  * two roles run in pairs of blocks of calls, the order of the two blocks
  * drawn at random for each pair, so that drift and the program's noisy work
