@@ -421,19 +421,27 @@ def teach(n: int, seed: int = 99) -> int:
     return st.comparisons
 
 
-def held_run(n: int, seed: int, calls: int, factor, taught: bool = True) -> Program:
+def held_run(n: int, seed: int, calls: int, factor, taught: bool = True,
+             use=(0.0, 0.0)) -> Program:
     """A fresh learner (taught that the machine keeps n's size class, unless
     taught is False), then one buffer of n cleared calls times back to
     back: call i's ordinary-store clear costs factor(i, k) times a streaming
-    clear, k its ordinary-store clears since the latest streaming one."""
+    clear, k its ordinary-store clears since the latest streaming one; the
+    program's work after each clear, per role: use."""
     lib.cp_adapt_reset()
     if taught:
         teach(n, seed + 100)
     prog = Program(seed=seed)
     for i in range(calls):
         x = factor(i, since_streaming(prog))
-        prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+        prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]), use=use)
     return prog
+
+
+def kept(i: int, k: int) -> float:
+    """held_run's factor for a buffer the machine keeps (kept_shape), its
+    first clear (not recent yet) a streaming clear's."""
+    return kept_shape(k) if i else 1.0
 
 
 @pytest.mark.parametrize("n", [12 * MiB, 24 * MiB, 32 * MiB - 64 * KiB])
@@ -446,7 +454,7 @@ def test_a_recent_buffer_above_recent_max_that_stays_in_the_cache_is_held(learne
     stores, only the checks timed, never compared again.  plan() says why."""
     held(learner)
     for seed in range(3):
-        prog = held_run(n, seed, 500, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
+        prog = held_run(n, seed, 500, kept, taught=False)
         assert prog.roles[0] == S           # not recent yet, and above a quarter of the window
         assert prog.roles[1:17] == [S] * 16     # its start role, untimed
         assert prog.settled_from(T) <= 52, seed
@@ -528,11 +536,7 @@ def test_a_kept_buffer_that_costs_the_program_more_on_ordinary_stores_is_compare
     held(learner)
     n = 24 * MiB
     for seed in range(3):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        for i in range(200):
-            x = kept_shape(since_streaming(prog)) if i else 1.0
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]), use=(n * WARM[S], 0.0))
+        held_run(n, seed, 200, kept, taught=False, use=(n * WARM[S], 0.0))
         st = stat(n.bit_length() - 1, RECENT)
         assert st.learned == lib.CP_LEARNED_STREAMING and st.pairs >= 4, (seed, st.pairs)
 
@@ -549,12 +553,8 @@ def test_a_held_buffer_the_program_works_on_after_each_clear_is_compared_at_once
     held(learner)
     n = 24 * MiB
     for seed in range(3):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        for i in range(200):
-            x = kept_shape(since_streaming(prog)) if i else 1.0
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]),
-                      use=(1.2 * n * WARM[S], 3.0 * n * WARM[S]))
+        prog = held_run(n, seed, 200, kept, taught=False,
+                        use=(1.2 * n * WARM[S], 3.0 * n * WARM[S]))
         assert [untimed(t) for t in prog.tickets[1:6]] == [True, True, False, False, False]
         assert all(is_sample(t) for t in prog.tickets[3:6]), seed
         assert prog.roles[1:7] == [S] * 6, seed
@@ -573,7 +573,7 @@ def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_cal
     held(learner, kept_max=12 * MiB)
     n = 10 * MiB
     for seed in range(3):
-        prog = held_run(n, seed, 300, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
+        prog = held_run(n, seed, 300, kept, taught=False)
         assert prog.roles[1:] == [T] * 299, seed
         assert any(is_check(t) for t in prog.tickets)
         assert all(is_check(t) for t in prog.tickets[1:] if not untimed(t)), seed
@@ -582,7 +582,7 @@ def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_cal
     said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(n.bit_length() - 1)
             if x.context == RECENT]
     assert len(said) == 1 and "no larger than 12 MiB: near the static threshold" in said[0]
-    prog = held_run(13 * MiB, 0, 40, lambda i, k: kept_shape(k) if i else 1.0, taught=False)
+    prog = held_run(13 * MiB, 0, 40, kept, taught=False)
     assert prog.roles[1:17] == [S] * 16
     assert stat(23, RECENT).comparisons == 1
 
