@@ -1032,8 +1032,9 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
          * likely to find, and is left to a buffer cleared again and again;
          * comparing on a recent buffer costs more than either role besides
          * (each role's first call finds it as the other left it).  A held
-         * buffer's few probes are timed (busy_program). */
-        int probe = held_size(n, ctx) && s->start == CP_ADAPT_STREAMING
+         * buffer's few probes are timed (busy_program): here it is one not
+         * held as cached, on streaming, its start role. */
+        int probe = held_size(n, ctx)
                     && s->calls >= PROBE_FROM && s->calls < PROBE_FROM + PROBES;
         ticket = ticket_of(cls, ctx, s->start, probe);
         if (!probe)
