@@ -61,7 +61,7 @@ enum {
                                    comparison (refill_gain) */
     REFILL_HELD = 16,           /* a held buffer's: and the calls its checks wait
                                    out after its clear outside the window */
-    PROBE_FROM = 3,             /* a held buffer on streaming before anything is
+    PROBE_FROM = 1,             /* a held buffer on streaming before anything is
                                    known: its calls from this one on ... */
     PROBES = 3                  /* ... this many, are timed (busy_program) */
 };
@@ -156,9 +156,12 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * most: "pad" (half of each 4 KiB row written, then the buffer summed) at
  * 16 MiB on the Zen 3 guest runs its clear and its work in 0.6 + 1.7 ms
  * streamed, 0.35-0.55 + 0.55-0.95 ms on ordinary stores; in a phase of 66
- * calls the first 17 ran streamed, and auto came to 0.75 of rep_stosb
- * (0.88 compared from the seventh).  A clear-only program's span is its
- * clear (1.0-1.1 times it): it waits as before. */
+ * calls the first 17 ran streamed, and auto came to 0.75 of rep_stosb;
+ * compared from the seventh call 0.83-0.88, from the fifth with the
+ * probes for the first pair's streaming block 0.89 (start_comparison:
+ * that pair runs only its temporal block, two streamed calls fewer).  A
+ * clear-only program's span is its clear (1.0-1.1 times it): it waits as
+ * before. */
 #define BUSY_FACTOR 2.0
 
 struct role_state {
@@ -903,6 +906,16 @@ static void start_comparison(struct ctx_state *s, int trigger)
      * clear of a buffer large enough to stream safely (milliseconds) does
      * not notice it. */
     s->warmup = s->safe == CP_ADAPT_TEMPORAL && s->block[CP_ADAPT_STREAMING] == 1;
+    if (trigger == CP_ADAPT_BY_START && s->busy && !s->warmup) {
+        /* A held buffer's probes ran its start role in a row, the latest
+         * one's span sampled (busy_program): they are the first pair's
+         * block of that role, its other block still to run. */
+        s->first = s->start;
+        s->len[0] = s->block[0];
+        s->len[1] = s->block[1];
+        s->pos = s->len[s->first];
+        s->have = 1u << s->start;
+    }
     s->limit = s->pairs + s->pairs_max;
     s->comparisons++;
 }
@@ -1431,6 +1444,7 @@ static void busy_program(struct ctx_state *s, int role, double x)
     if (s->nprobe >= PROBES || !(clear > 0))
         return;
     s->probe[s->nprobe++] = (float)(x - log(clear));
+    s->fill[role] = x;          /* the comparison's first sample (start_comparison) */
     if (s->nprobe == PROBES)
         s->busy = median_of(s->probe, PROBES) > log(BUSY_FACTOR);
 }
