@@ -567,6 +567,36 @@ def test_a_held_buffer_the_program_works_on_after_each_clear_is_compared_at_once
         assert prog.spent <= 1.1 * prog.best, seed
 
 
+def test_a_held_buffer_the_program_leaves_dirty_is_checked_against_its_own_clears(learner):
+    """A recent buffer of 24 MiB the machine keeps, in a program that works
+    on it after each clear and leaves its lines dirty: in the cache its
+    ordinary-store clears cost 1.15 times the streaming reference (above
+    the held margin, 1.05) and its streaming ones 1.5 times (the dirty
+    lines written back), out of the cache (after a streaming clear)
+    REFILL_SHORT.  The comparison finds it kept, and its checks, against
+    the geometric mean of its ordinary-store clears in and out of the cache
+    (held_ref), leave it held: one comparison in 400 calls, in each of 3
+    programs.  Then it no longer stays in the cache (each ordinary-store
+    clear 2.2 times the reference): its checks find it out within 60 calls."""
+    held(learner)
+    n = 24 * MiB
+    use = (1.2 * n * WARM[S], 3.0 * n * WARM[S])
+    for seed in range(3):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        for i in range(400):
+            k = since_streaming(prog)
+            x = 1.0 if not i else REFILL_SHORT[k] if k < len(REFILL_SHORT) else 1.15
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S] * 1.5), use=use)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 1, seed
+        assert prog.share(T, 300) == 1.0, seed
+        for i in range(60):
+            prog.step(n, HOT, cost=(WARM[S] * 2.2, WARM[S]), use=use)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons == 2, seed
+
+
 def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_call(learner):
     """Up to kept_max (12 MiB here, recent_max 8 MiB), a recent buffer the
     machine keeps is held as cached from its first recent call, never

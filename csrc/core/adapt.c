@@ -132,7 +132,19 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * stays (0.75-0.9 times streaming on a Zen 5 guest at 20-30 MiB), 1-11% of
  * its clears still cost more than 1.05 times streaming, in bursts (the
  * host's other tenants share the L3), so a held buffer is taken out of the
- * cache on 3 of its latest 5 checks, not 2 of 3. */
+ * cache on 3 of its latest 5 checks, not 2 of 3.  A program that leaves
+ * the buffer's lines dirty makes each clear dearer, in the cache too, as
+ * it has either role write them back: "pad" at 16 MiB on the Zen 3 guest
+ * clears it in 370-490 us on ordinary stores and 570-610 streamed, against
+ * a reference of 392 (412 with the margin), and 750-900 us on ordinary
+ * stores out of the cache; its checks took it out of the cache for a
+ * second comparison in two of three traced runs of 66-300 calls.  So where
+ * the comparison that found a held buffer kept timed none of its streaming
+ * clears below the margin, a check is slow only above the geometric mean of
+ * what its ordinary-store clears cost there in the cache (the window's
+ * median) and out of it (the dearest: a temporal block's first call after a
+ * streaming one), at most REFILL_FAR times the reference (a clear the
+ * scheduler broke into is no bound): held_ref. */
 #define HELD_MARGIN 1.05
 #define HELD_VOTE 3
 #define HELD_KEEP 5
@@ -194,6 +206,8 @@ struct ctx_state {
     double fill[2];             /* this pair's ln cost per role so far */
     double least;               /* the cheapest ordinary-store clear alone, ns per byte,
                                    since the comparison started (0: none yet) */
+    double most;                /* ... and the dearest: the first of a temporal block
+                                   after a streaming one, the buffer out of the cache */
     /* Before the first comparison (busy_program). */
     float probe[PROBES];        /* ln(span / the clear alone) of the start role */
     unsigned nprobe;
@@ -242,6 +256,9 @@ struct ctx_state {
                                    this context is timed, not taken as cached */
     uint32_t overruled;         /* comparisons that undid that, in a row: the checks
                                    rest 2^overruled recheck gaps after the latest */
+    double held_ref;            /* held, found kept: a check slower than this, ns per
+                                   byte, is slow where it is above the margin's
+                                   (HELD_MARGIN; 0: none) */
 };
 
 struct seen {
@@ -889,7 +906,7 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->learned = CP_LEARNED_COMPARING;
     s->pos = 0;
     s->have = 0;
-    s->least = 0;
+    s->least = s->most = 0;
     if (!resume) {
         s->pairs = s->used = s->dropped = s->wins = 0;
         s->sum = s->sumsq = 0;
@@ -972,6 +989,7 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
     s->learned = CP_LEARNED_FIRST;
     s->nprobe = 0;
     s->busy = 0;
+    s->held_ref = 0;
     /* A recent buffer is the one the last role left in or out of the cache,
      * so each role runs two calls in a row and the second is its sample:
      * an ordinary-store clear right after a streaming one reads the buffer
@@ -1119,6 +1137,15 @@ static double median_of(const float *w, unsigned k)
     return k ? v[(k - 1) / 2] : 0.0;
 }
 
+/* The cheapest clear alone in a role's window (0: none). */
+static double clear_least(const struct role_state *a)
+{
+    double least = a->nclear ? a->clear[0] : 0.0;
+    for (unsigned i = 1; i < a->nclear; i++)
+        least = a->clear[i] < least ? a->clear[i] : least;
+    return least;
+}
+
 static double clear_median(const struct role_state *a)
 {
     double v[WINDOW];
@@ -1143,9 +1170,7 @@ static double clear_gap(const struct ctx_state *s)
     double stream = clear_median(&s->roles[CP_ADAPT_STREAMING]);
     if (!t->nclear || stream <= 0)
         return 0.0;
-    double least = t->clear[0];
-    for (unsigned i = 1; i < t->nclear; i++)
-        least = t->clear[i] < least ? t->clear[i] : least;
+    double least = clear_least(t);
     if (s->least > 0 && s->least < least)
         least = s->least;
     return least / stream;
@@ -1248,6 +1273,15 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         }
         if (role == CP_ADAPT_TEMPORAL) {
             STORE(kept_class[cls], 1);
+            double kept = clear_median(&s->roles[CP_ADAPT_TEMPORAL]);
+            double stream = params.stream_ns_per_byte;
+            s->held_ref = 0;
+            if (clear_least(&s->roles[CP_ADAPT_STREAMING]) > HELD_MARGIN * stream
+                && kept > 0 && s->most > kept) {
+                s->held_ref = sqrt(kept * s->most);
+                if (s->held_ref > REFILL_FAR * stream)
+                    s->held_ref = REFILL_FAR * stream;
+            }
             if (!s->evicted) {
                 take_as_cached(s, check_gap(n));
                 return;
@@ -1587,7 +1621,10 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
         int held = n > params.recent_max;
         double margin = held ? HELD_MARGIN : CHECK_MARGIN;
         uint32_t keep = (1u << (held ? HELD_KEEP : CHECK_KEEP)) - 1;
-        s->check_hist = (s->check_hist << 1 | (x > margin * params.stream_ns_per_byte)) & keep;
+        double slow = margin * params.stream_ns_per_byte;
+        if (held && s->held_ref > slow)
+            slow = s->held_ref;
+        s->check_hist = (s->check_hist << 1 | (x > slow)) & keep;
         if (__builtin_popcount(s->check_hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
             drain_quiet(s);
             init_context(s, n, ctx);
@@ -1636,8 +1673,12 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         note_clear(&s->roles[role], start_ns, end_ns, n);
         const struct role_state *a = &s->roles[role];
         double x = a->clear[a->nclear - 1];
-        if (s->comparing && role == CP_ADAPT_TEMPORAL && (!(s->least > 0) || x < s->least))
-            s->least = x;
+        if (s->comparing && role == CP_ADAPT_TEMPORAL) {
+            if (!(s->least > 0) || x < s->least)
+                s->least = x;
+            if (x > s->most)
+                s->most = x;
+        }
     }
     int was_comparing = s->comparing;
     close_span(end);
