@@ -24,8 +24,11 @@
  * size class found the machine keeps such a buffer in the cache (its
  * ordinary-store clears, the buffer back in the cache, below 0.9x its
  * streaming ones), and on its own vote (3 of its latest 5 checks above
- * 1.05x a streaming clear; its checks wait out the refill after a clear
- * of it outside the window): how much of the cache one program keeps is
+ * 1.05x a streaming clear, or, where that comparison's streaming clears
+ * all cost more (the program leaves the buffer's lines dirty), above the
+ * geometric mean of its ordinary-store clears in and out of the cache
+ * there, at most 1.5x; its checks wait out the refill after a clear of it
+ * outside the window): how much of the cache one program keeps is
  * the machine's, and its neighbours'.  Up to kept_max (sizes near
  * recent_max, kept about as often as not) it is held so from its first
  * recent call, presumed kept, until a comparison of its size class finds
