@@ -53,7 +53,10 @@ START = {
 _RECENT = ("cleared within the last {reuse} of clears (each large buffer cleared since "
            "counted once)")
 _HELD_CHECKS = ("its clears, timed alone now and then, cost no more than 1.05x a streaming "
-                "clear in at least 3 of the latest 5")
+                "clear in at least 3 of the latest 5 (where its comparison found the program "
+                "leaves its lines dirty, streaming clears dearer too: no more than the "
+                "geometric mean of its ordinary-store clears there in the cache and out of it, "
+                "at most 1.5x)")
 
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
 #: reason; the fields come from :class:`Learned` and the learner's parameters.
