@@ -872,6 +872,15 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
     return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
 }
 
+/* A pair of blocks of the comparison, its first block's role given: each
+ * block as long as its role's (the temporal one may grow, choose_locked). */
+static void open_pair(struct ctx_state *s, int first)
+{
+    s->first = first;
+    s->len[0] = s->block[0];
+    s->len[1] = s->block[1];
+}
+
 /* The calls between two checks of a cached context's clears of n bytes:
  * one per check_bytes of them, CHECK_CALLS .. CHECK_CALLS_MAX apart (0: no
  * checks, for a buffer below check_min, or with no stream_ns_per_byte to
@@ -927,10 +936,8 @@ static void start_comparison(struct ctx_state *s, int trigger)
         /* A held buffer's probes ran its start role in a row, the latest
          * one's span sampled (busy_program): they are the first pair's
          * block of that role, its other block still to run. */
-        s->first = s->start;
-        s->len[0] = s->block[0];
-        s->len[1] = s->block[1];
-        s->pos = s->len[s->first];
+        open_pair(s, s->start);
+        s->pos = s->len[s->start];
         s->have = 1u << s->start;
     }
     s->limit = s->pairs + s->pairs_max;
@@ -1078,11 +1085,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
         if (s->comparing) {
             /* Pairs of blocks, each pair's order drawn: drift and the
              * program's own rhythm land on both roles alike. */
-            if (s->pos == 0) {
-                s->first = draw() & 1;
-                s->len[0] = s->block[0];
-                s->len[1] = s->block[1];
-            }
+            if (s->pos == 0)
+                open_pair(s, (int)(draw() & 1));
             int t = CP_ADAPT_TEMPORAL;
             uint32_t t_last = (s->first == t ? 0 : s->len[!t]) + s->len[t] - 1;
             int held = held_size(n, ctx);
