@@ -52,11 +52,14 @@ START = {
 #: The pieces the reasons of a recent buffer taken as cached share.
 _RECENT = ("cleared within the last {reuse} of clears (each large buffer cleared since "
            "counted once)")
-_HELD_CHECKS = ("its clears, timed alone now and then, cost no more than 1.05x a streaming "
-                "clear in at least 3 of the latest 5 (where its comparison found the program "
-                "leaves its lines dirty, streaming clears dearer too: no more than the "
-                "geometric mean of its ordinary-store clears there in the cache and out of it, "
-                "at most 1.5x)")
+#: A held buffer's checks, in the learner's own values (csrc/core/adapt.h).
+_HELD_MARGIN = "%.2fx a streaming clear" % (lib.CP_ADAPT_HELD_MARGIN_PCT / 100)
+_HELD_CHECKS = ("its clears, timed alone now and then, cost no more than %s in at least %d "
+                "of the latest %d (where its comparison found the program leaves its lines "
+                "dirty, streaming clears dearer too: no more than the geometric mean of its "
+                "ordinary-store clears there in the cache and out of it, at most %.1fx)"
+                % (_HELD_MARGIN, lib.CP_ADAPT_HELD_VOTE, lib.CP_ADAPT_HELD_KEEP,
+                   lib.CP_ADAPT_REFILL_FAR_PCT / 100))
 
 #: Why a context runs its routine (cp_adapt_stat's learned code), as a
 #: reason; the fields come from :class:`Learned` and the learner's parameters.
@@ -380,13 +383,14 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     reuse, small = reuse_bytes(th), recent_max()
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
             "no larger than %s gets %s untimed (a larger one too, while its clears, timed "
-            "alone now and then, cost no more than 1.05x a streaming clear), one of %s or larger "
+            "alone now and then, cost no more than %s), one of %s or larger "
             "gets %s untimed; any other single clear of %s-%s runs a safe routine (%s; %s for "
             "a buffer not cleared lately and larger than %s) unless timing it against the "
             "program's next clear says the other costs decisively less, and starts on %s "
             "where it was cleared lately, is larger than %s and its checks found it out of "
             "the cache"
-            % (band, format_size(reuse), format_size(small), t, format_size(reuse), s,
+            % (band, format_size(reuse), format_size(small), t, _HELD_MARGIN,
+               format_size(reuse), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,
                format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))
     if not got:

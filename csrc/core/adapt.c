@@ -145,9 +145,9 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * median) and out of it (the dearest: a temporal block's first call after a
  * streaming one), at most REFILL_FAR times the reference (a clear the
  * scheduler broke into is no bound): held_ref. */
-#define HELD_MARGIN 1.05
-#define HELD_VOTE 3
-#define HELD_KEEP 5
+#define HELD_MARGIN (CP_ADAPT_HELD_MARGIN_PCT / 100.0)
+#define HELD_VOTE CP_ADAPT_HELD_VOTE
+#define HELD_KEEP CP_ADAPT_HELD_KEEP
 /* Before its size class was found kept (kept_class), a buffer above
  * recent_max has its comparison's temporal block end at the first clear
  * above this many times a streaming clear: the Zen 5 guest's refills at
@@ -155,7 +155,7 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * call on, and on the Zen 4 guest, which does not keep such a buffer, each
  * call of a longer block costs 1.5-3 streaming ones (1.6-3.4x from the
  * sixth call on at 27.5 MiB, mostly 1.9-2.4x). */
-#define REFILL_FAR 1.5
+#define REFILL_FAR (CP_ADAPT_REFILL_FAR_PCT / 100.0)
 /* A held buffer's first calls, streamed (its start role), where what the
  * program does after each clear takes BUSY_FACTOR times the clear or more
  * (the median of PROBES spans, each over the streaming clears' median):

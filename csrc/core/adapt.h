@@ -123,6 +123,17 @@ enum {
     /* A buffer not cleared lately and larger than reuse_bytes / this starts
      * on streaming (its safe role). */
     CP_ADAPT_OTHER_DIVISOR = 4,
+    /* A held buffer's checks (adapt.c, HELD_MARGIN and held_ref): slow
+     * above this percentage of a streaming clear, or where its comparison
+     * found its streaming clears dearer too, above the geometric mean of
+     * its ordinary-store clears in and out of the cache, at most
+     * CP_ADAPT_REFILL_FAR_PCT of one; HELD_VOTE of the latest HELD_KEEP
+     * slow ones hand it to a comparison.  Exported so that plan() states
+     * the values the learner runs by. */
+    CP_ADAPT_HELD_MARGIN_PCT = 105,
+    CP_ADAPT_REFILL_FAR_PCT = 150,
+    CP_ADAPT_HELD_VOTE = 3,
+    CP_ADAPT_HELD_KEEP = 5,
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
      * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
     CP_LEARNED_FIRST = 1,       /* nothing compared yet: the safe role */
