@@ -21,9 +21,10 @@ with) is printed beside the table.
 ``--held CALLS`` measures what the learner makes of it: per size, one
 buffer cleared CALLS times back to back with ``auto`` (a fresh learner,
 the buffer out of the cache at its first call), against the policy's
-temporal routine called the same way, ``--runs`` times each, in turn;
-and, for auto, how many runs its checks took the buffer out of the
-cache (a comparison followed) and how many ended on streaming.
+temporal and streaming routines called the same way, ``--runs`` runs of
+the three in a fresh order each; auto's speed against each is the median
+of the runs' ratios.  And, for auto, how many runs compared the two
+routines and how many ended on streaming.
 
     python bench/bench_refill.py [--sizes 1536K 4M 8M 16M 24M] [--calls 8] [--rounds 15]
     python bench/bench_refill.py --sizes 24M 26M 28M 30M --calls 16 --dirty 256M
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import random
 import statistics
 import time
 from collections.abc import Iterator
@@ -106,19 +108,23 @@ def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> s
 
 def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> str:
     """One buffer per size cleared `calls` times back to back: auto (a fresh
-    learner each run) against the temporal routine, in turn; what auto's
-    checks did."""
+    learner each run) against the temporal and the streaming routine, each
+    run all three in a fresh order; what auto's checks did."""
     th = cp.thresholds()
     if not cp.adaptive():
         return "adaptive auto is off here (CLEARPAGES_ADAPT=0 or no band)"
     rows = []
+    rng = random.Random(1)
     for size, buf, write_other in _buffers(sizes, dirty):
         fns = {"auto": _common.clear_fn("auto", buf),
-               th.temporal: _common.clear_fn(th.temporal, buf)}
+               th.temporal: _common.clear_fn(th.temporal, buf),
+               th.streaming: _common.clear_fn(th.streaming, buf)}
         times: dict[str, list[float]] = {k: [] for k in fns}
         out = streamed = 0
         for r in range(runs):
-            for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            order = list(fns)
+            rng.shuffle(order)
+            for name in order:
                 fn = fns[name]
                 adapt.reset()
                 write_other()
@@ -130,14 +136,23 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> 
                     got = [x for x in adapt.learned(size.bit_length() - 1) if x.context == 1]
                     out += bool(got and got[0].comparisons)
                     streamed += bool(got and got[0].method == th.streaming)
-        a, t = (statistics.median(times[k]) for k in fns)
         del fn
         fns.clear()                     # they hold views of buf
-        rows.append([fmt_size(size), "%.1f" % (a * 1e3), "%.1f" % (t * 1e3), "%.2f" % (t / a),
-                     "%d of %d" % (out, runs), "%d of %d" % (streamed, runs)])
-    head = ["size", "auto ms", th.temporal + " ms", "auto speed (x %s)" % th.temporal,
-            "taken out of the cache", "ended streaming"]
-    return ("one buffer cleared %d times back to back, %d runs each in turn, medians%s\n%s\n"
+
+        def speed(name: str) -> str:
+            r = sorted(t / a for t, a in zip(times[name], times["auto"]))
+            q = len(r) // 4
+            return "%.2f [%.2f-%.2f]" % (statistics.median(r), r[q], r[-1 - q])
+        rows.append([fmt_size(size)]
+                    + ["%.1f" % (statistics.median(times[k]) * 1e3) for k in times]
+                    + [speed(th.temporal), speed(th.streaming),
+                       "%d of %d" % (out, runs), "%d of %d" % (streamed, runs)])
+    head = (["size"] + ["%s ms" % k for k in (("auto", th.temporal, th.streaming))]
+            + ["auto speed (x %s)" % k for k in (th.temporal, th.streaming)]
+            + ["compared", "ended streaming"])
+    return ("one buffer cleared %d times back to back, %d runs, the three in a fresh order "
+            "each run%s; times: medians; speed: the median and interquartile range of the "
+            "runs' ratios\n%s\n"
             % (calls, runs, ", %s of other memory written before each run" % fmt_size(dirty)
                if dirty else "", reference())
             + _common.table(head, rows))
@@ -171,7 +186,7 @@ def test_refill_quick():
 
 def test_held_quick():
     text = held([4 * MiB], calls=20, runs=2, dirty=4 * MiB)
-    assert ("4MiB" in text and "taken out" in text) or "adaptive auto is off" in text
+    assert ("4MiB" in text and "ended streaming" in text) or "adaptive auto is off" in text
 
 
 if __name__ == "__main__":
