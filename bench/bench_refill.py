@@ -24,17 +24,21 @@ the buffer out of the cache at its first call), against the policy's
 temporal and streaming routines called the same way, ``--runs`` runs of
 the three in a fresh order each; auto's speed against each is the median
 of the runs' ratios.  And, for auto, how many runs compared the two
-routines and how many ended on streaming.
+routines and how many ended on streaming.  ``--numpy``: the buffer a
+numpy array of its own (``np.ones``, the C library's memory), as a
+program's, not the engine's 2 MiB-aligned mapping.
 
     python bench/bench_refill.py [--sizes 1536K 4M 8M 16M 24M] [--calls 8] [--rounds 15]
     python bench/bench_refill.py --sizes 24M 26M 28M 30M --calls 16 --dirty 256M
     python bench/bench_refill.py --sizes 26M 28M 30M --held 415 --runs 10 --dirty 256M
+    python bench/bench_refill.py --sizes 16M --held 250 --runs 10 --numpy
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import random
 import statistics
 import time
@@ -42,7 +46,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 import _common
-from _common import Buffer, MiB, cp, fmt_size
+from _common import Buffer, MiB, cp, fmt_size, np
 
 from clearpages.tools.lowlevel import adapt
 
@@ -106,19 +110,25 @@ def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> s
             + _common.table(head, rows))
 
 
-def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> str:
+def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0,
+         numpy: bool = False) -> str:
     """One buffer per size cleared `calls` times back to back: auto (a fresh
     learner each run) against the temporal and the streaming routine, each
-    run all three in a fresh order; what auto's checks did."""
+    run all three in a fresh order; what auto's checks did.  numpy: the
+    buffer a numpy array of its own (np.ones), as a program's, not the
+    engine's 2 MiB-aligned mapping."""
     th = cp.thresholds()
     if not cp.adaptive():
         return "adaptive auto is off here (CLEARPAGES_ADAPT=0 or no band)"
     rows = []
     rng = random.Random(1)
     for size, buf, write_other in _buffers(sizes, dirty):
-        fns = {"auto": _common.clear_fn("auto", buf),
-               th.temporal: _common.clear_fn(th.temporal, buf),
-               th.streaming: _common.clear_fn(th.streaming, buf)}
+        names = ("auto", th.temporal, th.streaming)
+        if numpy:
+            arr = np.ones(size, np.uint8)
+            fns = {m: functools.partial(cp.clear, arr, method=m) for m in names}
+        else:
+            fns = {m: _common.clear_fn(m, buf) for m in names}
         times: dict[str, list[float]] = {k: [] for k in fns}
         out = streamed = 0
         for r in range(runs):
@@ -150,10 +160,11 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0) -> 
     head = (["size"] + ["%s ms" % k for k in (("auto", th.temporal, th.streaming))]
             + ["auto speed (x %s)" % k for k in (th.temporal, th.streaming)]
             + ["compared", "ended streaming"])
-    return ("one buffer cleared %d times back to back, %d runs, the three in a fresh order "
+    return ("one buffer%s cleared %d times back to back, %d runs, the three in a fresh order "
             "each run%s; times: medians; speed: the median and interquartile range of the "
             "runs' ratios\n%s\n"
-            % (calls, runs, ", %s of other memory written before each run" % fmt_size(dirty)
+            % (" (a numpy array)" if numpy else "", calls, runs,
+               ", %s of other memory written before each run" % fmt_size(dirty)
                if dirty else "", reference())
             + _common.table(head, rows))
 
@@ -168,12 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held", type=int, default=0, metavar="CALLS",
                     help="instead: auto on one buffer cleared CALLS times back to back")
     ap.add_argument("--runs", type=int, default=10, help="--held: runs per candidate")
+    ap.add_argument("--numpy", action="store_true",
+                    help="--held: the buffer a numpy array of its own (np.ones), not the "
+                    "engine's 2 MiB-aligned mapping")
     a = ap.parse_args(argv)
     sizes = a.sizes or [_common.size_arg(s) for s in SIZES]
     print(_common.machine_label())
     print()
     if a.held:
-        print(held(sizes, a.held, a.runs, a.dirty))
+        print(held(sizes, a.held, a.runs, a.dirty, a.numpy))
     else:
         print(run(sizes, a.calls, a.rounds, a.dirty))
     return 0
@@ -187,6 +201,9 @@ def test_refill_quick():
 def test_held_quick():
     text = held([4 * MiB], calls=20, runs=2, dirty=4 * MiB)
     assert ("4MiB" in text and "ended streaming" in text) or "adaptive auto is off" in text
+    if np is not None:
+        text = held([4 * MiB], calls=20, runs=2, numpy=True)
+        assert "numpy array" in text or "adaptive auto is off" in text
 
 
 if __name__ == "__main__":
