@@ -506,6 +506,36 @@ def test_a_buffer_the_machine_does_not_keep_streams_after_two_pairs(learner, n):
         assert 1 <= ordinary <= 2 * 8, (seed, ordinary)   # two blocks at most
 
 
+def test_a_buffer_that_stays_dearer_on_ordinary_stores_streams_after_one_pair(learner):
+    """Above recent_max and started on streaming, a buffer whose
+    ordinary-store clears come down after a streaming one (REFILL_SHORT)
+    only to 1.2 times a streaming clear, cleared and left: its probes found
+    the program's span within QUIET_FACTOR of the clear, the comparison's
+    first pair finds streaming cheaper, and its clears alone never came
+    back into the cache (LEFT_GAP, 1.1): that ends it on streaming after
+    that one pair, and the size is marked not kept, in each of 5 programs.
+    At 1.05 times, where it is kept (0.75: the tests above), and where the
+    program works on the buffer after each clear, it does not end so."""
+    held(learner)
+    n = 16 * MiB
+
+    def shape(top):
+        return lambda i, k: max(top, REFILL_SHORT[k]) if i and k < len(REFILL_SHORT) else top if i else 1.0
+
+    for seed in range(5):
+        held_run(n, seed, 200, shape(1.2), taught=False)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_STREAMING and st.trigger == lib.CP_ADAPT_BY_START
+        assert st.pairs == 1 and st.kept == -1, (seed, st.pairs)
+        held_run(n, seed, 200, shape(1.05), taught=False)
+        assert stat(n.bit_length() - 1, RECENT).pairs > 1, seed
+        # the same clears, the program working on the buffer after each
+        # (half a streaming clear's time: its probes not quiet)
+        work = n * WARM[S] / 2
+        held_run(n, seed, 200, shape(1.2), taught=False, use=(work, work))
+        assert stat(n.bit_length() - 1, RECENT).pairs > 1, seed
+
+
 def test_a_size_the_machine_keeps_is_held_from_the_next_buffers_first_recent_call(learner):
     """Once a comparison found the machine keeps a buffer of 24 MiB in the
     cache, another of that size class is held from its first recent call,

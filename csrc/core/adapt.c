@@ -1427,11 +1427,11 @@ static void count_pair(struct ctx_state *s, unsigned i)
 
 /* Has the comparison run exactly EARLY_PAIRS pairs, each of whose
  * sign * ln(streaming / temporal) is above `above`? */
-static int early_pairs(const struct ctx_state *s, double sign, double above)
+static int early_pairs(const struct ctx_state *s, unsigned pairs, double sign, double above)
 {
-    if (s->pairs != EARLY_PAIRS)
+    if (s->pairs != pairs)
         return 0;
-    for (unsigned i = 0; i < EARLY_PAIRS; i++)
+    for (unsigned i = 0; i < pairs; i++)
         if (!(sign * s->lr[i] > above))
             return 0;
     return 1;
@@ -1454,7 +1454,7 @@ static int early_pairs(const struct ctx_state *s, double sign, double above)
  * makes the ordinary stores' pairs cheaper: neither ends early. */
 static int early_streaming(const struct ctx_state *s)
 {
-    return early_pairs(s, -1.0, log(EARLY_FACTOR))
+    return early_pairs(s, EARLY_PAIRS, -1.0, log(EARLY_FACTOR))
            && (s->safe == CP_ADAPT_STREAMING
                || (s->start == CP_ADAPT_STREAMING && clear_gap(s) > EARLY_FACTOR));
 }
@@ -1470,8 +1470,48 @@ static int early_streaming(const struct ctx_state *s)
  * the program better off for it, two more would only pay that again. */
 static int early_kept(const struct ctx_state *s, size_t n)
 {
-    return early_pairs(s, 1.0, 0.0) && s->safe == CP_ADAPT_TEMPORAL
+    return early_pairs(s, EARLY_PAIRS, 1.0, 0.0) && s->safe == CP_ADAPT_TEMPORAL
            && held_size(n, (int)(s - table[size_class(n)])) && keeps_in_cache(s);
+}
+
+/* The early verdict the other way from early_kept, for a program that
+ * clears the buffer and leaves it: a recent buffer of a held size, its
+ * start role streaming, whose probes found the program's span within
+ * QUIET_FACTOR of the clear alone, whose ordinary-store clears did not
+ * come back into the cache (the cheapest of them, the refill run, above
+ * LEFT_GAP times the median streaming one), and whose first LEFT_PAIRS
+ * pairs found streaming cheaper: where the program's time is its clear,
+ * the clears alone decide, and each further pair pays another refill.  A
+ * 16 MiB buffer cleared back to back and left on the Zen 3 guest: its
+ * ordinary-store clears after a streaming block cost 1.0-1.3 ms (3x a
+ * streaming one) and came down to 420-600 us in 16 calls, 1.15-1.7x a
+ * streaming clear (340-395 us); the comparison ran 3-12 pairs and auto
+ * came to 0.86-0.87 of avx2_nt in a phase of 250 calls, 0.89-0.92 with
+ * this verdict (medians of 60-120 runs).  A program that reads or writes the
+ * buffer next is where ordinary stores win by the most: the verdict after
+ * two pairs lost there without the probes' gate (used 16-20 MiB buffers of
+ * generated programs, Zen 3 guest).  (early_streaming asks EARLY_FACTOR of
+ * both, as the Zen 4 guest's 16-24 MiB, 1.0-1.4x, ran in full.) */
+#define LEFT_GAP 1.1
+#define QUIET_FACTOR 1.25
+#define LEFT_PAIRS 1
+/* ... a verdict on a block or two of ordinary stores, so only where the
+ * latest block ran until the buffer stopped coming back: its latest clear
+ * not the cheapest of the window (a block that ended while its clears
+ * still fell, at the cap or by noise, says nothing of where they end). */
+static int refill_over(const struct role_state *a)
+{
+    unsigned k = a->nclear;
+    return k >= 2 && a->clear[k - 1] > clear_least(a);
+}
+
+static int early_left(const struct ctx_state *s, size_t n)
+{
+    return s->pairs >= LEFT_PAIRS && early_pairs(s, s->pairs, -1.0, 0.0)
+           && s->start == CP_ADAPT_STREAMING
+           && s->nprobe == PROBES && median_of(s->probe, PROBES) < log(QUIET_FACTOR)
+           && held_size(n, (int)(s - table[size_class(n)])) && clear_gap(s) > LEFT_GAP
+           && refill_over(&s->roles[CP_ADAPT_TEMPORAL]);
 }
 
 /* A probe of a held buffer's first calls (BUSY_FACTOR): its span against
@@ -1513,7 +1553,7 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
         if (s->pairs < REF_PAIRS) {
             /* Too few to tell a disturbed pair yet, but they may be
              * decisive enough (counted then, each won by streaming). */
-            if (early_streaming(s)) {
+            if (early_streaming(s) || early_left(s, n)) {
                 s->used = s->wins = s->pairs;
                 settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
             } else if (early_kept(s, n)) {
