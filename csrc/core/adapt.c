@@ -1425,7 +1425,7 @@ static void count_pair(struct ctx_state *s, unsigned i)
     s->sumsq += c * c;
 }
 
-/* Has the comparison run exactly EARLY_PAIRS pairs, each of whose
+/* Has the comparison run exactly `pairs` pairs, each of whose
  * sign * ln(streaming / temporal) is above `above`? */
 static int early_pairs(const struct ctx_state *s, unsigned pairs, double sign, double above)
 {
@@ -1479,8 +1479,9 @@ static int early_kept(const struct ctx_state *s, size_t n)
  * start role streaming, whose probes found the program's span within
  * QUIET_FACTOR of the clear alone, whose ordinary-store clears did not
  * come back into the cache (the cheapest of them, the refill run, above
- * LEFT_GAP times the median streaming one), and whose first LEFT_PAIRS
- * pairs found streaming cheaper: where the program's time is its clear,
+ * LEFT_GAP times the median streaming one), and each of whose pairs so
+ * far (LEFT_PAIRS at least, fewer than REF_PAIRS) found streaming cheaper:
+ * where the program's time is its clear,
  * the clears alone decide, and each further pair pays another refill.  A
  * 16 MiB buffer cleared back to back and left on the Zen 3 guest: its
  * ordinary-store clears after a streaming block cost 1.0-1.3 ms (3x a
