@@ -131,7 +131,7 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0,
             fns = {m: _common.clear_fn(m, buf) for m in names}
         times: dict[str, list[float]] = {k: [] for k in fns}
         out = streamed = 0
-        for r in range(runs):
+        for _ in range(runs):
             order = list(fns)
             rng.shuffle(order)
             for name in order:
@@ -149,7 +149,7 @@ def held(sizes: list[int], calls: int = 415, runs: int = 10, dirty: int = 0,
         del fn
         fns.clear()                     # they hold views of buf
 
-        def speed(name: str) -> str:
+        def speed(name: str, times: dict[str, list[float]] = times) -> str:
             r = sorted(t / a for t, a in zip(times[name], times["auto"]))
             q = len(r) // 4
             return "%.2f [%.2f-%.2f]" % (statistics.median(r), r[q], r[-1 - q])

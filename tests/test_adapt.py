@@ -520,7 +520,11 @@ def test_a_buffer_that_stays_dearer_on_ordinary_stores_streams_after_one_pair(le
     n = 16 * MiB
 
     def shape(top):
-        return lambda i, k: max(top, REFILL_SHORT[k]) if i and k < len(REFILL_SHORT) else top if i else 1.0
+        def factor(i, k):
+            if not i:
+                return 1.0
+            return max(top, REFILL_SHORT[k]) if k < len(REFILL_SHORT) else top
+        return factor
 
     for seed in range(5):
         held_run(n, seed, 200, shape(1.2), taught=False)

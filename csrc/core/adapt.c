@@ -175,6 +175,9 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * clear-only program's span is its clear (1.0-1.1 times it): it waits as
  * before. */
 #define BUSY_FACTOR 2.0
+/* ... and where they take at most QUIET_FACTOR times the clear, the program
+ * clears the buffer and leaves it (early_left). */
+#define QUIET_FACTOR 1.25
 
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
@@ -213,6 +216,8 @@ struct ctx_state {
     unsigned nprobe;
     int busy;                   /* the program's work takes BUSY_FACTOR times the
                                    clear: compared now */
+    int left_alone;             /* ... or at most QUIET_FACTOR times it: the program
+                                   clears the buffer and leaves it (early_left) */
     unsigned have;              /* bit per role: fill holds it */
     int warmup;                 /* the comparison's first pair is still to complete:
                                    not counted (start_comparison) */
@@ -995,7 +1000,7 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
     s->role = s->start;
     s->learned = CP_LEARNED_FIRST;
     s->nprobe = 0;
-    s->busy = 0;
+    s->busy = s->left_alone = 0;
     s->held_ref = 0;
     /* A recent buffer is the one the last role left in or out of the cache,
      * so each role runs two calls in a row and the second is its sample:
@@ -1475,31 +1480,29 @@ static int early_kept(const struct ctx_state *s, size_t n)
 }
 
 /* The early verdict the other way from early_kept, for a program that
- * clears the buffer and leaves it: a recent buffer of a held size, its
- * start role streaming, whose probes found the program's span within
- * QUIET_FACTOR of the clear alone, whose ordinary-store clears did not
- * come back into the cache (the cheapest of them, the refill run, above
- * LEFT_GAP times the median streaming one), and each of whose pairs so
- * far (LEFT_PAIRS at least, fewer than REF_PAIRS) found streaming cheaper:
- * where the program's time is its clear,
- * the clears alone decide, and each further pair pays another refill.  A
- * 16 MiB buffer cleared back to back and left on the Zen 3 guest: its
- * ordinary-store clears after a streaming block cost 1.0-1.3 ms (3x a
- * streaming one) and came down to 420-600 us in 16 calls, 1.15-1.7x a
- * streaming clear (340-395 us); the comparison ran 3-12 pairs and auto
+ * clears the buffer and leaves it (its probes' spans within QUIET_FACTOR
+ * of the clear alone, busy_program): a recent buffer of a held size, its
+ * start role streaming, whose ordinary-store clears did not come back into
+ * the cache (the cheapest of them, the refill run, above LEFT_GAP times the
+ * median streaming one), and each of whose pairs so far (one or two, fewer
+ * than REF_PAIRS) found streaming cheaper: where the program's time is its
+ * clear, the clears alone decide, and each further pair pays another
+ * refill.  A 16 MiB buffer cleared back to back and left on the Zen 3
+ * guest: its ordinary-store clears after a streaming block cost 1.0-1.3 ms
+ * (3x a streaming one) and came down to 420-600 us in 16 calls, 1.15-1.7x
+ * a streaming clear (340-395 us); the comparison ran 3-12 pairs and auto
  * came to 0.86-0.87 of avx2_nt in a phase of 250 calls, 0.89-0.92 with
- * this verdict (medians of 60-120 runs).  A program that reads or writes the
- * buffer next is where ordinary stores win by the most: the verdict after
- * two pairs lost there without the probes' gate (used 16-20 MiB buffers of
- * generated programs, Zen 3 guest).  (early_streaming asks EARLY_FACTOR of
- * both, as the Zen 4 guest's 16-24 MiB, 1.0-1.4x, ran in full.) */
+ * this verdict (medians of 60-120 runs).  A program that reads or writes
+ * the buffer next is where ordinary stores win by the most: the verdict
+ * after two pairs lost there without the probes' gate (used 16-20 MiB
+ * buffers of generated programs, Zen 3 guest).  (early_streaming asks
+ * EARLY_FACTOR of both, as the Zen 4 guest's 16-24 MiB, 1.0-1.4x, ran in
+ * full.)  A verdict on a block or two of ordinary stores holds only where
+ * the latest block ran until the buffer stopped coming back: its latest
+ * clear not the cheapest of the window (a block that ended while its
+ * clears still fell, at the cap or by noise, says nothing of where they
+ * end). */
 #define LEFT_GAP 1.1
-#define QUIET_FACTOR 1.25
-#define LEFT_PAIRS 1
-/* ... a verdict on a block or two of ordinary stores, so only where the
- * latest block ran until the buffer stopped coming back: its latest clear
- * not the cheapest of the window (a block that ended while its clears
- * still fell, at the cap or by noise, says nothing of where they end). */
 static int refill_over(const struct role_state *a)
 {
     unsigned k = a->nclear;
@@ -1508,9 +1511,8 @@ static int refill_over(const struct role_state *a)
 
 static int early_left(const struct ctx_state *s, size_t n)
 {
-    return s->pairs >= LEFT_PAIRS && early_pairs(s, s->pairs, -1.0, 0.0)
-           && s->start == CP_ADAPT_STREAMING
-           && s->nprobe == PROBES && median_of(s->probe, PROBES) < log(QUIET_FACTOR)
+    return s->left_alone && s->start == CP_ADAPT_STREAMING
+           && early_pairs(s, s->pairs, -1.0, 0.0)
            && held_size(n, (int)(s - table[size_class(n)])) && clear_gap(s) > LEFT_GAP
            && refill_over(&s->roles[CP_ADAPT_TEMPORAL]);
 }
@@ -1524,8 +1526,11 @@ static void busy_program(struct ctx_state *s, int role, double x)
         return;
     s->probe[s->nprobe++] = (float)(x - log(clear));
     s->fill[role] = x;          /* the comparison's first sample (start_comparison) */
-    if (s->nprobe == PROBES)
-        s->busy = median_of(s->probe, PROBES) > log(BUSY_FACTOR);
+    if (s->nprobe == PROBES) {
+        double mid = median_of(s->probe, PROBES);
+        s->busy = mid > log(BUSY_FACTOR);
+        s->left_alone = mid < log(QUIET_FACTOR);
+    }
 }
 
 /* A sample of role's cost (ln ns per byte) from a closed span. */
