@@ -83,9 +83,11 @@ LEARNED = {
         "no decisive difference in {pairs} pairs (streaming {ratio:.2f}x at the median, "
         "within the noise): {safe}"),
     lib.CP_LEARNED_LARGE: (
-        "{reuse} or larger, the size of the last-level cache: never all in it, however "
-        "recently cleared (it holds the program's other data too), and ordinary stores would "
-        "keep only its tail there, so streaming, untimed"),
+        "{large} or larger (the last-level cache, {reuse}, or {large_factor}x {recent_max}, "
+        "whichever is less: a guest may be shown a cache far larger than it can count on): "
+        "never all in "
+        "the cache, however recently cleared (it holds the program's other data too), and "
+        "ordinary stores would keep only its tail there, so streaming, untimed"),
 }
 
 #: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as
@@ -166,7 +168,8 @@ class Learned:
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max),
-            kept_max=format_size(_params().kept_max))
+            kept_max=format_size(_params().kept_max), large=format_size(large_min()),
+            large_factor=LARGE_FACTOR)
 
     def start_reason(self, recent_max: int) -> str:
         """Why it runs :attr:`start` before anything is known."""
@@ -222,6 +225,21 @@ RECENT_MAX_DIVISOR = 2
 #: the refill after its first clear), and comparing
 #: costs such a buffer a refill of several milliseconds per pair.
 KEPT_FACTOR = 1.5
+#: A buffer of this many times recent_max or more is large, as one the size
+#: of the reuse window is: streaming, untimed, however recently cleared.
+#: It binds only where the last-level cache reported is more than this many
+#: times the static threshold: a guest shown the host's whole cache (a 300
+#: or 480 MiB L3 on two vCPUs).  On such an Intel guest (family 6 model 167,
+#: 480 MiB reported, recent_max 32 MiB) a buffer cleared back to back with
+#: ordinary stores cost 2.2-2.4x a streaming clear at 100 and 130 MiB from
+#: the first call to the fortieth, and each comparison the learner ran on
+#: first meeting such a size (16 calls streamed, then pairs with a
+#: three-call temporal block) cost 0.8-0.9 of streaming in phases of 50-130
+#: calls; the Emerald Rapids guest lost 1.7x at 48 MiB.  At 40 MiB that
+#: guest kept the buffer (a refill of 5 calls), at 53 and 70 MiB only after
+#: 10-37 calls of refill.  On the AMD guests measured (recent_max a quarter
+#: or half of a 32 MiB L3) the window binds first.
+LARGE_FACTOR = 4
 DECIDE_FACTOR = 2
 SAMPLE_DIVISOR = 4
 RECHECK_FACTOR = 16
@@ -283,6 +301,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         p.recent_max = min(recent, half) if recent else half // 2
         p.held_max = reuse - 1
         p.kept_max = min(int(p.recent_max * KEPT_FACTOR), half)
+        p.large_min = min(reuse, LARGE_FACTOR * p.recent_max)
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse
@@ -358,6 +377,13 @@ def recent_max() -> int:
     return int(_params().recent_max)
 
 
+def large_min() -> int:
+    """A buffer of this size or more streams untimed, however recently
+    cleared (as the learner is configured; 0: none)."""
+    p = _params()
+    return int(p.large_min if 0 < p.large_min < p.reuse_bytes else p.reuse_bytes)
+
+
 #: plan()'s ``learned`` where the policy did not ask the learner, by the
 #: decision's reason code (the others, a method named, a hint, a job, are
 #: _policy.LEARNER_REASONS).
@@ -390,7 +416,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
             "where it was cleared lately, is larger than %s and its checks found it out of "
             "the cache"
             % (band, format_size(reuse), format_size(small), t, _HELD_MARGIN,
-               format_size(reuse), s,
+               format_size(large_min()), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,
                format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))
     if not got:

@@ -866,6 +866,36 @@ def test_a_buffer_as_large_as_the_cache_streams_untimed(learner, n):
         assert stat(below.bit_length() - 1, OTHER).learned != lib.CP_LEARNED_LARGE
 
 
+@pytest.mark.parametrize("large", [0, 32 * MiB, 256 * MiB])
+def test_a_buffer_of_large_min_or_more_streams_untimed_below_the_window(learner, large):
+    """large_min below the reuse window (a guest shown a far larger cache
+    than it can count on): a recent buffer of that size or more streams
+    untimed, as one the size of the window does, and the sizes held as
+    cached end below it; a smaller one above recent_max is still timed.
+    0, or a large_min above the window: the window is the bound."""
+    learner(reuse=128 * MiB, hi=1024 * MiB, recent_max=8 * MiB, large_min=large,
+            held_max=128 * MiB - 1, kept_max=12 * MiB, stream_ns_per_byte=WARM[S],
+            check_bytes=32 * MiB, check_min=1 * MiB)
+    bound = large if 0 < large < 128 * MiB else 128 * MiB
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    assert p.large_min == large
+    prog = Program()
+    prog.loop(40 * MiB, 60, cost=WARM)
+    st = stat((40 * MiB).bit_length() - 1, RECENT)
+    if bound == 32 * MiB:
+        assert prog.timed == 0 and set(prog.roles) == {S}
+        # The first call is of a buffer not cleared before: large there too.
+        assert st.learned == lib.CP_LEARNED_LARGE and st.calls == 59
+        assert stat((40 * MiB).bit_length() - 1, OTHER).learned == lib.CP_LEARNED_LARGE
+    else:
+        assert prog.timed > 0 and st.learned != lib.CP_LEARNED_LARGE
+    prog = Program()
+    prog.loop(24 * MiB, 60, cost=WARM)      # above recent_max, below any bound: timed
+    assert prog.timed > 0
+    assert stat((24 * MiB).bit_length() - 1, RECENT).learned != lib.CP_LEARNED_LARGE
+
+
 @pytest.mark.parametrize("recent, want", [(16 * MiB, 16 * MiB), (8 * MiB, 8 * MiB),
                                           (64 * MiB, 16 * MiB), (0, 8 * MiB)])
 def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, recent, want):
@@ -886,6 +916,7 @@ def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, rece
     assert p.reuse_bytes == 32 * MiB and p.recent_max == want
     assert p.held_max == 32 * MiB - 1           # held up to the window, while checked
     assert p.kept_max == min(want * 3 // 2, 16 * MiB)
+    assert p.large_min == min(32 * MiB, 4 * want) and _adapt.large_min() == p.large_min
     assert _adapt.recent_max() == want
     assert role(lib.cp_adapt_choose(12 * MiB, ffi.cast("void *", POOL))) == S
     assert role(lib.cp_adapt_choose(6 * MiB, ffi.cast("void *", POOL + 64 * MiB))) == T

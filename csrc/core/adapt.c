@@ -285,6 +285,9 @@ static struct cp_adapt_params params;
 /* cached_most: the largest recent buffer taken as cached, recent_max or
  * held_max (what choose() tests, one load). */
 static size_t band_lo, band_hi, recent_most, cached_most;
+/* large_from: the smallest large buffer (streaming, untimed): large_min,
+ * at most reuse_bytes (0: none is large). */
+static size_t large_from;
 /* Per size class above recent_most: 1 where this machine has shown it
  * keeps its recent buffers in the cache (settle, keeps_in_cache), -1 where
  * it has shown it does not, 0 not known.  Where kept, and where not known
@@ -457,10 +460,13 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
         params.cpu_span_min = params.stream_ns_per_byte > 0
             ? (size_t)(CPU_SPAN_READS * cpu_read_ns / params.stream_ns_per_byte)
             : 1;
-    STORE(recent_most, params.reuse_bytes ? params.recent_max : 0);
-    /* Held: only where the checks can undo it, and below the reuse window. */
-    size_t held = params.held_max < params.reuse_bytes ? params.held_max
-                  : params.reuse_bytes - 1;
+    size_t large = params.large_min && params.large_min < params.reuse_bytes
+                   ? params.large_min : params.reuse_bytes;
+    STORE(large_from, large);
+    STORE(recent_most, params.reuse_bytes
+                       ? (params.recent_max < large ? params.recent_max : large - 1) : 0);
+    /* Held: only where the checks can undo it, and below the large sizes. */
+    size_t held = params.held_max < large ? params.held_max : large - 1;
     STORE(cached_most, recent_most && params.check_bytes && held > recent_most ? held
                        : recent_most);
     STORE(kept_most, LOAD(cached_most) > recent_most
@@ -808,7 +814,8 @@ static int choose(size_t n, const void *addr)
             STORE(r->refilling, 1);
         }
     }
-    if (n >= LOAD(params.reuse_bytes) && LOAD(params.reuse_bytes))
+    size_t large = LOAD(large_from);
+    if (large && n >= large)
         return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
     uint32_t quiet = LOAD(s->quiet_left);
@@ -824,10 +831,10 @@ static int choose(size_t n, const void *addr)
 /* What the size and the buffer's history tell without a clock, untimed: a
  * recent buffer up to recent_max is in the cache, so ordinary stores, which
  * keep it there for the program (CP_LEARNED_CACHED); a buffer as large as
- * the reuse window (the last-level cache) or larger is never all in it,
- * however recently cleared (the cache holds the program's other data too),
- * and ordinary stores would keep no more than its tail there, so streaming
- * (CP_LEARNED_LARGE).  Counted without the lock; the lock only to note the
+ * the reuse window (the last-level cache) or larger, or than large_min, is
+ * never all in it, however recently cleared (the cache holds the program's
+ * other data too), and ordinary stores would keep no more than its tail
+ * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the lock only to note the
  * context once and, for a buffer cleared again back to back, to hand its
  * next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,

@@ -175,6 +175,10 @@ struct cp_adapt_params {
                                    buffer is as likely kept as not, and ordinary
                                    stores, as memset, lose little where it is not,
                                    until its checks find it out (0: none) */
+    size_t large_min;           /* a buffer of at least this many bytes is large:
+                                   streaming, untimed, however recently cleared, as one
+                                   of reuse_bytes or more is (0 or above reuse_bytes:
+                                   reuse_bytes); the sizes held as cached end below it */
     size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
