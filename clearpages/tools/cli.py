@@ -378,9 +378,9 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
     finally:
         progress.close()
     table_out = sys.stderr if args.json == "-" else out
-    print(_output.cpu_line(_core.cpu()), file=table_out)
-    print("load average %s (the machine's other work shows in every figure)"
-          % " ".join("%.2f" % x for x in os.getloadavg()), file=table_out)
+    _output.say(_output.cpu_line(_core.cpu()), table_out)
+    _output.say("load average %s (the machine's other work shows in every figure)"
+                % " ".join("%.2f" % x for x in os.getloadavg()), table_out)
     _poolbench.report(data, table_out)
     if args.json:
         _output.dump_json(data, args.json, out)
