@@ -85,9 +85,8 @@ LEARNED = {
     lib.CP_LEARNED_LARGE: (
         "{large} or larger (the last-level cache, {reuse}, or {large_factor}x {recent_max}, "
         "whichever is less: a guest may be shown a cache far larger than it can count on): "
-        "never all in "
-        "the cache, however recently cleared (it holds the program's other data too), and "
-        "ordinary stores would keep only its tail there, so streaming, untimed"),
+        "never all in the cache, however recently cleared (it holds the program's other data "
+        "too), and ordinary stores would keep only its tail there, so streaming, untimed"),
 }
 
 #: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as

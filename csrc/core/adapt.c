@@ -834,9 +834,9 @@ static int choose(size_t n, const void *addr)
  * the reuse window (the last-level cache) or larger, or than large_min, is
  * never all in it, however recently cleared (the cache holds the program's
  * other data too), and ordinary stores would keep no more than its tail
- * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the lock only to note the
- * context once and, for a buffer cleared again back to back, to hand its
- * next clears to the fast slot. */
+ * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the
+ * lock only to note the context once and, for a buffer cleared again back
+ * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
                                                  struct ctx_state *s, int again,
                                                  int closing, int role, int learned)
