@@ -100,10 +100,16 @@ HELD = (
 
 #: LEARNED's CP_LEARNED_CACHED for a size above recent_max that no
 #: comparison has found kept, nor not kept: presumed kept (kept_max).
+_PRESUMED_CHECKS = ("its clears, timed alone now and then, cost no more than %.2fx a "
+                    "streaming clear in at least %d of the latest %d (the first check "
+                    "waiting out its refill after a clear outside the window, while "
+                    "little else is cleared between)"
+                    % (lib.CP_ADAPT_CHECK_MARGIN_PCT / 100, lib.CP_ADAPT_HELD_VOTE,
+                       lib.CP_ADAPT_HELD_KEEP))
 PRESUMED = (
     _RECENT + " and no larger than {kept_max}: near the static threshold, {recent_max}, "
     "the cache keeps such a buffer about as often as not, and ordinary stores lose little "
-    "where it does not, so they run untimed while " + _HELD_CHECKS + " (3 checks "
+    "where it does not, so they run untimed while " + _PRESUMED_CHECKS + " (3 checks "
     "that find it slower hand it to a comparison, and one that finds it not kept ends "
     "this for its size)")
 
@@ -224,6 +230,19 @@ RECENT_MAX_DIVISOR = 2
 #: the refill after its first clear), and comparing
 #: costs such a buffer a refill of several milliseconds per pair.
 KEPT_FACTOR = 1.5
+#: ... and up to this many times it where the last-level cache reported is
+#: more than LARGE_FACTOR times recent_max (a guest shown the host's whole
+#: cache, whose static threshold comes from the CPU model): the Intel guest
+#: (family 6 model 167, 480 MiB reported, recent_max 32 MiB) kept a 53 MiB
+#: buffer cleared among three small ones, its ordinary-store clears coming
+#: back in 5-14 calls, and ran the program 1.2-1.3x faster on them than
+#: streamed (the program's work after each clear found the buffer in the
+#: cache); compared, every pair paid that refill, and the comparison
+#: streamed.  In 9 of the 11 phases of a 40-program corpus that ran below
+#: 0.9 of their best there, a recent buffer of 32-69 MiB was cleared and
+#: the best was ordinary stores.  At 70 MiB the refill took 10-25 calls; at
+#: 100 MiB the buffer never came back (2.4x a streaming clear).
+KEPT_FACTOR_SHOWN = 2.0
 #: A buffer of this many times recent_max or more is large, as one the size
 #: of the reuse window is: streaming, untimed, however recently cleared.
 #: It binds only where the last-level cache reported is more than this many
@@ -299,8 +318,9 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         half = reuse // RECENT_MAX_DIVISOR
         p.recent_max = min(recent, half) if recent else half // 2
         p.held_max = reuse - 1
-        p.kept_max = min(int(p.recent_max * KEPT_FACTOR), half)
         p.large_min = min(reuse, LARGE_FACTOR * p.recent_max)
+        kept = KEPT_FACTOR if p.large_min == reuse else KEPT_FACTOR_SHOWN
+        p.kept_max = min(int(p.recent_max * kept), half)
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse

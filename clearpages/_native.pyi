@@ -131,6 +131,7 @@ class _Lib:
     CP_ADAPT_SAMPLE: int
     CP_ADAPT_CHECK: int
     CP_ADAPT_UNTIMED: int
+    CP_ADAPT_CLOSE: int
     CP_ADAPT_CLASS_SHIFT: int
     CP_ADAPT_CLASSES: int
     CP_ADAPT_OTHER: int
@@ -150,6 +151,7 @@ class _Lib:
     CP_ADAPT_SPAN_CALLER: int
     CP_ADAPT_OTHER_DIVISOR: int
     CP_ADAPT_HELD_MARGIN_PCT: int
+    CP_ADAPT_CHECK_MARGIN_PCT: int
     CP_ADAPT_REFILL_FAR_PCT: int
     CP_ADAPT_HELD_VOTE: int
     CP_ADAPT_HELD_KEEP: int

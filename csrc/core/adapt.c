@@ -61,6 +61,8 @@ enum {
                                    comparison (refill_gain) */
     REFILL_HELD = 16,           /* a held buffer's: and the calls its checks wait
                                    out after its clear outside the window */
+    NEAR_DIVISOR = 8,           /* ... while it is cleared again with less than this
+                                   fraction of it cleared between */
     PROBE_FROM = 1,             /* a held buffer on streaming before anything is
                                    known: its calls from this one on ... */
     PROBES = 3                  /* ... this many, are timed (busy_program) */
@@ -121,7 +123,7 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
 /* A cached context's checked clear is slow when it costs more than this
  * times a streaming clear (a cached buffer's ordinary-store clear costs
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
-#define CHECK_MARGIN 1.25
+#define CHECK_MARGIN (CP_ADAPT_CHECK_MARGIN_PCT / 100.0)
 #define CHECK_VOTE 2            /* of the latest CHECK_KEEP checks, slow: out of the cache */
 #define CHECK_KEEP 3
 /* ... and a held one's (above recent_max, up to held_max) when it costs
@@ -179,6 +181,13 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * clears the buffer and leaves it (early_left). */
 #define QUIET_FACTOR 1.25
 
+/* Whose checks took a context out of the cache (ctx_state's evicted): a
+ * buffer up to recent_max, or one of a held size.  recent_max a power of
+ * two (32 MiB on the Intel guest) shares its size class with the held
+ * sizes above it; a held buffer found out of the cache leaves a buffer of
+ * recent_max in it, cached, out of the held one's comparison. */
+enum { EVICTED_SMALL = 1, EVICTED_HELD = 2 };
+
 struct role_state {
     double clear[WINDOW];       /* the clear alone, ns per byte, newest last */
     unsigned nclear;
@@ -226,6 +235,7 @@ struct ctx_state {
     uint32_t wins;              /* of those counted, won by streaming */
     uint32_t pairs_max;         /* the most pairs of a comparison */
     uint32_t limit;             /* the pairs at which this comparison ends undecided */
+    uint64_t until;             /* ... or the call (calls) at which it does */
     double sum, sumsq;          /* of the counted pairs' clipped ln ratios */
     double typical[2];          /* each role's median ln cost over the latest pairs */
     double clip_mid, clip_lim;  /* the clip of a ratio: mid +- lim */
@@ -255,9 +265,12 @@ struct ctx_state {
     int refilling;              /* held: check_left waits out the refill after the
                                    buffer's clear outside the window (choose) */
     /* Under the lock: */
-    uint32_t check_hist;        /* cached: the latest checks (CHECK_KEEP, held:
-                                   HELD_KEEP), a bit each, 1: slower than streaming */
-    int evicted;                /* the checks found a recent buffer out of the cache:
+    uint32_t checks;            /* cached: held sizes' checks since taken as cached
+                                   (written under the lock, read without) */
+    uint32_t held_hist;         /* ... and the latest of them (HELD_KEEP), as check_hist */
+    uint32_t check_hist;        /* cached: the latest checks of sizes up to recent_max
+                                   (CHECK_KEEP), a bit each, 1: slower than streaming */
+    int evicted;                /* EVICTED_*: the checks found a recent buffer out of the cache:
                                    this context is timed, not taken as cached */
     uint32_t overruled;         /* comparisons that undid that, in a row: the checks
                                    rest 2^overruled recheck gaps after the latest */
@@ -315,6 +328,8 @@ static struct {
     uintptr_t addr;
     size_t n;
     int ctx;
+    uint64_t between;           /* the bytes of band clears since its previous clear
+                                   (UINT64_MAX: not in the table) */
 } last;
 /* The fast slot (adapt.h) and the context whose calls it runs; 1 where
  * they were taken from the owner's check_left (a cached context's calls
@@ -593,7 +608,9 @@ static int is_recent(const void *addr, size_t n)
     if (!reuse || !a)
         return 0;
     struct seen *e = slot_of(a);
-    int hit = LOAD(e->addr) == a && before - LOAD(e->clock) + n <= reuse;
+    int known = LOAD(e->addr) == a;
+    uint64_t between = known ? before - LOAD(e->clock) : UINT64_MAX;
+    int hit = known && between + n <= reuse;
     if (n >= LOAD(stack_min) && stack_recent(a, n, before, reuse))
         hit = 1;
     STORE(e->addr, a);
@@ -601,6 +618,7 @@ static int is_recent(const void *addr, size_t n)
     STORE(last.addr, a);
     STORE(last.n, n);
     STORE(last.ctx, hit);
+    STORE(last.between, between);
     return hit;
 }
 
@@ -726,7 +744,7 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 
 static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
 static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
-                       int closing, int role, int learned);
+                       int near, int closing, int role, int learned);
 static uint32_t check_gap(size_t n);
 
 /* Has this thread a span open, which its next band clear closes (so that
@@ -791,11 +809,15 @@ static int choose(size_t n, const void *addr)
     int again = LOAD(last.addr) == (uintptr_t)addr && LOAD(last.n) == n;
     int cls = size_class(n);
     int ctx = is_recent(addr, n);
+    /* Cleared again with little cleared between (NEAR_DIVISOR): a wait for
+     * its refill holds (cached_call). */
+    int near = again || LOAD(last.between) <= n / NEAR_DIVISOR;
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
-    if (ctx && n <= LOAD(cached_most) && !LOAD(s->evicted)
-        && (n <= LOAD(recent_most) || held_kept(n, cls)))
-        return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_TEMPORAL,
+    int evicted = LOAD(s->evicted);
+    if (ctx && n <= LOAD(cached_most)
+        && (n <= LOAD(recent_most) ? evicted != EVICTED_SMALL : !evicted && held_kept(n, cls)))
+        return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
     if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most) && held_kept(n, cls)) {
         /* A buffer of a held size not cleared lately is out of the cache,
@@ -816,14 +838,14 @@ static int choose(size_t n, const void *addr)
     }
     size_t large = LOAD(large_from);
     if (large && n >= large)
-        return cached_call(n, cls, ctx, s, again, closing, CP_ADAPT_STREAMING,
+        return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
         STORE(s->quiet_left, quiet - 1);
         int ticket = ticket_of(cls, ctx, LOAD(s->role), 0);
-        return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
+        return closing ? ticket | CP_ADAPT_CLOSE : ticket | CP_ADAPT_UNTIMED;
     }
     return choose_locked(n, cls, ctx, s, closing);
 }
@@ -839,7 +861,8 @@ static int choose(size_t n, const void *addr)
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
                                                  struct ctx_state *s, int again,
-                                                 int closing, int role, int learned)
+                                                 int near, int closing, int role,
+                                                 int learned)
 {
     int ticket = ticket_of(cls, ctx, role, 0);
     /* A load and a store, not a locked add: the calls hold the GIL, and a
@@ -850,13 +873,22 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
      * included, and a buffer cleared again back to back hands them to the
      * fast slot. */
     uint32_t gap = learned == CP_LEARNED_CACHED ? check_gap(n) : 0;
+    if (gap && n > LOAD(recent_most) && !LOAD(kept_class[cls])
+        && LOAD(s->checks) < HELD_KEEP)
+        /* A size presumed kept, not compared yet: its first HELD_KEEP
+         * checks come one call apart (after the wait for its refill), so
+         * that a buffer the machine does not keep costs 3 calls, not 9-12
+         * (a 64 MiB buffer between clears of 64 MiB pool pages, 2.4x a
+         * streaming clear on the Intel guest, in a phase of 50 calls). */
+        gap = 1;
     int check = 0;
     if (gap) {
         uint32_t left = LOAD(s->check_left);
-        /* The wait for a refill holds only while the buffer is cleared back
-         * to back: where other clears came between, what the cache kept of
-         * it is what the checks are for. */
-        if (LOAD(s->refilling) && (!again || !left)) {
+        /* The wait for a refill holds only while the buffer is cleared
+         * again with little cleared between (near): where other clears of
+         * an eighth of it or more came between, what the cache kept of it
+         * is what the checks are for. */
+        if (LOAD(s->refilling) && (!near || !left)) {
             STORE(s->refilling, 0);
             left = 0;
         }
@@ -881,7 +913,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
     if (check)
         return ticket | CP_ADAPT_CHECK;
     /* Timed only to close this thread's span. */
-    return closing ? ticket : ticket | CP_ADAPT_UNTIMED;
+    return closing ? ticket | CP_ADAPT_CLOSE : ticket | CP_ADAPT_UNTIMED;
 }
 
 /* A pair of blocks of the comparison, its first block's role given: each
@@ -953,6 +985,11 @@ static void start_comparison(struct ctx_state *s, int trigger)
         s->have = 1u << s->start;
     }
     s->limit = s->pairs + s->pairs_max;
+    /* ... and its calls, as many as its pairs as planned would run: where
+     * the temporal blocks grow (a refill of 10-16 calls, each pair's), the
+     * pairs run out later, and a comparison of twelve such pairs cost the
+     * whole phase of a program (the Intel guest's 53 MiB buffer). */
+    s->until = s->calls + (uint64_t)s->pairs_max * (s->block[0] + s->block[1]);
     s->comparisons++;
 }
 
@@ -1212,7 +1249,8 @@ static int keeps_in_cache(const struct ctx_state *s)
 static void take_as_cached(struct ctx_state *s, uint64_t wait)
 {
     s->learned = CP_LEARNED_CACHED;
-    s->check_hist = 0;
+    s->check_hist = s->held_hist = 0;
+    STORE(s->checks, 0);
     STORE(s->check_left, wait < UINT32_MAX ? (uint32_t)wait : UINT32_MAX);
     STORE(s->refilling, 0);
     STORE(s->evicted, 0);
@@ -1282,8 +1320,13 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     if (held_size(n, (int)(s - table[cls]))) {
         if (!keeps_in_cache(s)) {
             /* Timed from now on, on the role settled, as any context: the
-             * evicted path below would take it as cached again. */
+             * evicted path below would take it as cached again.  Not
+             * evicted: a buffer of the class up to recent_max (32 MiB, where
+             * that is recent_max, shares the class of 32-64 MiB) is cached
+             * again, and its own checks watch it; the held sizes are not
+             * kept. */
             STORE(kept_class[cls], -1);
+            STORE(s->evicted, 0);
             s->overruled = 0;
             return;
         }
@@ -1299,7 +1342,15 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
                     s->held_ref = REFILL_FAR * stream;
             }
             if (!s->evicted) {
-                take_as_cached(s, check_gap(n));
+                /* Its first check waits out the refill after the
+                 * comparison's latest streaming block, whatever is cleared
+                 * between (the Intel guest's 53 MiB buffer, cleared among
+                 * three small ones, came back in 8-10 calls; checked every
+                 * fourth call from the first, it was taken out of the
+                 * cache again, and compared again, at once). */
+                uint32_t gap = check_gap(n);
+                take_as_cached(s, gap > REFILL_HELD ? gap : REFILL_HELD);
+                STORE(s->refilling, 1);
                 return;
             }
         }
@@ -1345,6 +1396,12 @@ static double counted_median(const struct ctx_state *s)
     return median_of(v, counted(s, s->pairs < KEEP ? s->pairs : KEEP, v));
 }
 
+/* Has the comparison run out of pairs, or of calls? */
+static int spent(const struct ctx_state *s)
+{
+    return s->pairs >= s->limit || s->calls >= s->until;
+}
+
 /* One pair is complete: does it decide?  The role other than the safe one
  * needs decisive evidence; the safe one less, and it holds where the pairs
  * run out undecided. */
@@ -1352,7 +1409,7 @@ static void judge(struct ctx_state *s, size_t n)
 {
     unsigned m = s->used;
     int safe = s->safe, other = !safe;
-    if (s->pairs >= s->limit && m < TEMPORAL_PAIRS) {
+    if (spent(s) && m < TEMPORAL_PAIRS) {
         settle(s, safe, CP_LEARNED_EVEN, n);
         return;
     }
@@ -1373,7 +1430,7 @@ static void judge(struct ctx_state *s, size_t n)
     else if (t > T_TEMPORAL + T_TEMPORAL_FEW / m)
         settle(s, safe, safe == CP_ADAPT_STREAMING ? CP_LEARNED_STREAMING
                                                    : CP_LEARNED_TEMPORAL, n);
-    else if (s->pairs >= s->limit && safe == CP_ADAPT_STREAMING && mean > 0
+    else if (spent(s) && safe == CP_ADAPT_STREAMING && mean > 0
              && counted_median(s) > 0)
         /* Out of pairs with ordinary stores ahead at the mean and at the
          * median where streaming is the safe role (a buffer not cleared
@@ -1384,7 +1441,7 @@ static void judge(struct ctx_state *s, size_t n)
          * and summed after each clear, undecided after 28 pairs with 19
          * won by ordinary stores on the Zen 4 guest). */
         settle(s, other, CP_LEARNED_TEMPORAL, n);
-    else if (s->pairs >= s->limit
+    else if (spent(s)
              || (m >= FUTILE_PAIRS && t >= 0 && sign * counted_median(s) >= 0))
         /* Out of pairs, or the other role not even ahead at the mean nor
          * at the median after enough of them: each of its calls may cost
@@ -1676,16 +1733,29 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
         double x = per_byte(start_ns, end_ns, n);
         int held = n > params.recent_max;
-        double margin = held ? HELD_MARGIN : CHECK_MARGIN;
+        /* A held size presumed kept, no comparison of its class yet, is
+         * checked as a recent buffer up to recent_max is: its ordinary-store
+         * clears in the cache cost 0.9-1.1x a streaming one from call to
+         * call on the Intel guest at 53 MiB, and at HELD_MARGIN 3 of 5 of
+         * them were taken for a buffer out of the cache in 2 of 3 runs,
+         * its comparison then paying a refill of 10-16 calls per pair; one
+         * the machine does not keep costs 1.5-3x (the Zen 4 guest at 20-31
+         * MiB, the Intel guest at 100 MiB). */
+        double margin = held && LOAD(kept_class[cls]) ? HELD_MARGIN : CHECK_MARGIN;
         uint32_t keep = (1u << (held ? HELD_KEEP : CHECK_KEEP)) - 1;
         double slow = margin * params.stream_ns_per_byte;
         if (held && s->held_ref > slow)
             slow = s->held_ref;
-        s->check_hist = (s->check_hist << 1 | (x > slow)) & keep;
-        if (__builtin_popcount(s->check_hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
+        /* Each kind its own history: a class may hold both (recent_max a
+         * power of two), and one's slow checks are not the other's. */
+        uint32_t *hist = held ? &s->held_hist : &s->check_hist;
+        if (held)
+            STORE(s->checks, s->checks + 1);
+        *hist = (*hist << 1 | (x > slow)) & keep;
+        if (__builtin_popcount(*hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
             drain_quiet(s);
             init_context(s, n, ctx);
-            STORE(s->evicted, 1);
+            STORE(s->evicted, held ? EVICTED_HELD : EVICTED_SMALL);
             start_comparison(s, CP_ADAPT_BY_EVICTED);
         }
     }
@@ -1725,7 +1795,11 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
         pthread_mutex_unlock(&lock);
         return;
     }
-    if (!untimed_context(s)) {                  /* else timed only to close a span */
+    if (!untimed_context(s) && !(ticket & (CP_ADAPT_CLOSE | CP_ADAPT_CHECK))) {
+        /* (Else a check, or timed only to close a span: a cached buffer's
+         * clear, or a settled role's untimed one, is not the context's to
+         * note, where a class holds both a buffer up to recent_max, cached,
+         * and a held size compared.) */
         s->timed++;
         note_clear(&s->roles[role], start_ns, end_ns, n);
         const struct role_state *a = &s->roles[role];

@@ -28,11 +28,17 @@
  * all cost more (the program leaves the buffer's lines dirty), above the
  * geometric mean of its ordinary-store clears in and out of the cache
  * there, at most 1.5x; its checks wait out the refill after a clear of it
- * outside the window): how much of the cache one program keeps is
+ * outside the window, or after the comparison, while less than an eighth
+ * of it is cleared between): how much of the cache one program keeps is
  * the machine's, and its neighbours'.  Up to kept_max (sizes near
  * recent_max, kept about as often as not) it is held so from its first
- * recent call, presumed kept, until a comparison of its size class finds
- * the machine does not keep it.
+ * recent call, presumed kept, its checks slow only above 1.25x a
+ * streaming clear (as those of a buffer up to recent_max) and its first
+ * five one call apart, until a comparison of its size class finds the
+ * machine does not keep it.  A class may hold both a buffer up to
+ * recent_max and held sizes (recent_max a power of two): each kind has
+ * its own checks, and a held buffer found out of the cache leaves the
+ * other cached.
  *
  * Each context has a safe role, which runs before anything is known and
  * wherever the evidence is not decisive: ordinary stores (memset's) for a
@@ -69,6 +75,8 @@
  * stores, and pays for switching over (2-4x a streaming clear at 16 KiB
  * on a Zen 5 guest), once for a program that switches, not per call.
  * A comparison ends undecided, on the safe role, where its pairs run out
+ * (or the calls they would run as planned: a temporal block that grows
+ * with a refill does not make it longer)
  * or where after six the other role is behind at the mean and at the
  * median; it goes on after four times the calls it ran, from its pairs.
  * One exception: where streaming is the safe role and the pairs run out
@@ -114,6 +122,8 @@ enum {
                                    that a recent buffer taken as cached is (set only
                                    without CP_ADAPT_UNTIMED) */
     CP_ADAPT_UNTIMED = 32,      /* ticket & this: run the role; no clock, no record */
+    CP_ADAPT_CLOSE = 64,        /* ticket & this: timed only to close the thread's span
+                                   (its own clear noted nowhere) */
     CP_ADAPT_CLASS_SHIFT = 8,   /* ticket >> this: the size class */
     CP_ADAPT_CLASSES = 64,      /* size class: floor(log2(n)) */
     /* The contexts, as cp_adapt_stat takes them. */
@@ -131,6 +141,10 @@ enum {
      * slow ones hand it to a comparison.  Exported so that plan() states
      * the values the learner runs by. */
     CP_ADAPT_HELD_MARGIN_PCT = 105,
+    /* ... and a recent buffer's up to recent_max, or a held size presumed
+     * kept (kept_max) before any comparison of its class: slow above this
+     * percentage (adapt.c, CHECK_MARGIN). */
+    CP_ADAPT_CHECK_MARGIN_PCT = 125,
     CP_ADAPT_REFILL_FAR_PCT = 150,
     CP_ADAPT_HELD_VOTE = 3,
     CP_ADAPT_HELD_KEEP = 5,
