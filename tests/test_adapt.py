@@ -1037,6 +1037,22 @@ def test_a_buffer_of_large_min_or_more_streams_untimed_below_the_window(learner,
     assert stat((24 * MiB).bit_length() - 1, RECENT).learned != lib.CP_LEARNED_LARGE
 
 
+def configured(learner, adapt_max: int, recent: int):
+    """The learner as _adapt.configure sets it for a band of 16 KiB to
+    adapt_max (the reuse window a quarter of it) and the static threshold
+    recent; its parameters."""
+    import dataclasses
+
+    from clearpages import _adapt
+
+    learner()
+    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=adapt_max)
+    _adapt.configure(th, True, True, recent)
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    return p
+
+
 @pytest.mark.parametrize("recent, want", [(16 * MiB, 16 * MiB), (8 * MiB, 8 * MiB),
                                           (64 * MiB, 16 * MiB), (0, 8 * MiB)])
 def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, recent, want):
@@ -1045,15 +1061,7 @@ def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, rece
     more than half the reuse window, and one up to 1.5 times that, at most
     half the window, is presumed kept; a buffer not cleared lately starts on
     streaming above a quarter of it, whatever recent_max is."""
-    import dataclasses
-
-    from clearpages import _adapt
-
-    learner()
-    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=128 * MiB)
-    _adapt.configure(th, True, True, recent)
-    p = ffi.new("struct cp_adapt_params *")
-    lib.cp_adapt_params(p)
+    p = configured(learner, 128 * MiB, recent)
     assert p.reuse_bytes == 32 * MiB and p.recent_max == want
     assert p.held_max == 32 * MiB - 1           # held up to the window, while checked
     assert p.kept_max == min(want * 3 // 2, 16 * MiB)
@@ -1071,15 +1079,9 @@ def test_kept_max_is_twice_recent_max_where_the_cache_reported_is_far_larger(lea
     window), a recent buffer up to KEPT_FACTOR_SHOWN times recent_max is
     presumed kept; elsewhere up to KEPT_FACTOR times it, at most half the
     window either way."""
-    import dataclasses
-
     from clearpages import _adapt
 
-    learner()
-    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=1024 * MiB)
-    _adapt.configure(th, True, True, recent)
-    p = ffi.new("struct cp_adapt_params *")
-    lib.cp_adapt_params(p)
+    p = configured(learner, 1024 * MiB, recent)
     assert p.reuse_bytes == 256 * MiB and p.recent_max == recent
     assert (p.large_min < p.reuse_bytes) == (recent == 32 * MiB)
     assert p.kept_max == kept
