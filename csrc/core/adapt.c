@@ -803,6 +803,14 @@ static int held_kept(size_t n, int cls)
     return kept > 0 || (!kept && n <= LOAD(kept_most));
 }
 
+/* A held size presumed kept whose class no comparison has judged yet: its
+ * checks are a cached buffer's (CHECK_MARGIN), the first HELD_KEEP one
+ * call apart (cached_call, check_clear). */
+static int presumed_unjudged(size_t n, int cls)
+{
+    return n > LOAD(recent_most) && !LOAD(kept_class[cls]);
+}
+
 static int choose(size_t n, const void *addr)
 {
     flush_fast();
@@ -873,8 +881,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
      * included, and a buffer cleared again back to back hands them to the
      * fast slot. */
     uint32_t gap = learned == CP_LEARNED_CACHED ? check_gap(n) : 0;
-    if (gap && n > LOAD(recent_most) && !LOAD(kept_class[cls])
-        && LOAD(s->checks) < HELD_KEEP)
+    if (gap && presumed_unjudged(n, cls) && LOAD(s->checks) < HELD_KEEP)
         /* A size presumed kept, not compared yet: its first HELD_KEEP
          * checks come one call apart (after the wait for its refill), so
          * that a buffer the machine does not keep costs 3 calls, not 9-12
@@ -1741,7 +1748,7 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
          * its comparison then paying a refill of 10-16 calls per pair; one
          * the machine does not keep costs 1.5-3x (the Zen 4 guest at 20-31
          * MiB, the Intel guest at 100 MiB). */
-        double margin = held && LOAD(kept_class[cls]) ? HELD_MARGIN : CHECK_MARGIN;
+        double margin = held && !presumed_unjudged(n, cls) ? HELD_MARGIN : CHECK_MARGIN;
         uint32_t keep = (1u << (held ? HELD_KEEP : CHECK_KEEP)) - 1;
         double slow = margin * params.stream_ns_per_byte;
         if (held && s->held_ref > slow)
