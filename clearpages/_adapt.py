@@ -109,9 +109,19 @@ _PRESUMED_CHECKS = ("its clears, timed alone now and then, cost no more than %.2
 PRESUMED = (
     _RECENT + " and no larger than {kept_max}: near the static threshold, {recent_max}, "
     "the cache keeps such a buffer about as often as not, and ordinary stores lose little "
-    "where it does not, so they run untimed while " + _PRESUMED_CHECKS + " (3 checks "
-    "that find it slower hand it to a comparison, and one that finds it not kept ends "
-    "this for its size)")
+    "where it does not, so they run untimed while " + _PRESUMED_CHECKS + ", and while "
+    "no more than %d of its size class's latest %d recent calls came with more than "
+    "{kept_max} cleared since the buffer's previous clear, its own size included (3 "
+    "checks that find it slower hand it to a comparison, and one that finds it not kept "
+    "among such calls ends this for its size)" % (lib.CP_ADAPT_FP_VOTE,
+                                                  lib.CP_ADAPT_FP_CALLS))
+
+FP_VOTE = lib.CP_ADAPT_FP_VOTE
+
+#: Why a size up to kept_max is not presumed kept.
+CROWDED = ("not presumed kept: %%d of its size class's latest %d recent calls came with "
+           "more than {kept_max} cleared since the buffer's previous clear, its own size "
+           "included (at most %d may)" % (lib.CP_ADAPT_FP_CALLS, lib.CP_ADAPT_FP_VOTE))
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
 TRIGGER = {
@@ -121,6 +131,9 @@ TRIGGER = {
     lib.CP_ADAPT_BY_EVICTED: (
         "a recent buffer taken as cached cleared slower than streaming does: the program's "
         "other buffers, its reads or a sleep had emptied the cache"),
+    lib.CP_ADAPT_BY_SIZE: (
+        "two calls in a row, during a comparison, of sizes more than a quarter off the one it "
+        "started on (the program moved to other sizes of the class): compared afresh"),
 }
 
 
@@ -158,6 +171,13 @@ class Learned:
     kept: int = 0
     """The size class above recent_max: 1 a comparison found it kept in the
     cache, -1 found it not kept, 0 neither."""
+    kept_upto: int = 0
+    """kept 1: the sizes held as cached, up to this many bytes (a quarter
+    above the size the comparison ran on)."""
+    crowded: int = -1
+    """Of the size class's latest CP_ADAPT_FP_CALLS recent calls of a held
+    size, those whose footprint (the size and the distinct bytes cleared
+    since the buffer's previous clear) was above kept_max; -1: none yet."""
 
     @property
     def sizes(self) -> str:
@@ -169,11 +189,17 @@ class Learned:
         :data:`HELD` for a cached class above recent_max)."""
         held = self.learned == lib.CP_LEARNED_CACHED and (1 << self.size_class) >= recent_max
         text = (HELD if self.kept > 0 else PRESUMED) if held else LEARNED[self.learned]
+        kept_max = _params().kept_max
+        if self.kept > 0 and held:
+            text += " (sizes up to %s)" % format_size(self.kept_upto)
+        elif (not held and self.context == lib.CP_ADAPT_RECENT and self.crowded > FP_VOTE
+              and (1 << self.size_class) < kept_max and (2 << self.size_class) > recent_max):
+            text += "; " + CROWDED % self.crowded
         return text.format(
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max),
-            kept_max=format_size(_params().kept_max), large=format_size(large_min()),
+            kept_max=format_size(kept_max), large=format_size(large_min()),
             large_factor=LARGE_FACTOR)
 
     def start_reason(self, recent_max: int) -> str:
@@ -371,7 +397,8 @@ def learned(size_class: int, names: tuple[str, str] | None = None) -> list[Learn
                            int(st.start), int(st.trigger), gbps, cost, int(st.pairs), int(st.wins),
                            float(st.ratio),
                            int(st.calls), int(st.timed), int(st.comparisons),
-                           int(st.switches), int(st.kept)))
+                           int(st.switches), int(st.kept), int(st.kept_upto),
+                           int(st.crowded)))
     return out
 
 

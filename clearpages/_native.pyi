@@ -148,6 +148,7 @@ class _Lib:
     CP_ADAPT_BY_CHANGE: int
     CP_ADAPT_BY_RECHECK: int
     CP_ADAPT_BY_EVICTED: int
+    CP_ADAPT_BY_SIZE: int
     CP_ADAPT_SPAN_CALLER: int
     CP_ADAPT_OTHER_DIVISOR: int
     CP_ADAPT_HELD_MARGIN_PCT: int
@@ -155,6 +156,8 @@ class _Lib:
     CP_ADAPT_REFILL_FAR_PCT: int
     CP_ADAPT_HELD_VOTE: int
     CP_ADAPT_HELD_KEEP: int
+    CP_ADAPT_FP_CALLS: int
+    CP_ADAPT_FP_VOTE: int
     CP_ADAPT_SPAN_CPU: int
 
     def cp_clear_libc(self, dst: _CData, len: int, /) -> None: ...

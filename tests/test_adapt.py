@@ -17,6 +17,7 @@ fields adapt.h names.
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 
@@ -736,6 +737,128 @@ def test_a_held_size_found_not_kept_leaves_recent_max_of_its_class_cached(learne
         assert [a for a, _ in other[-100:]] == [T] * 100, seed
         assert all(untimed(t) or is_check(t) or t & lib.CP_ADAPT_CLOSE
                    for _, t in other[-100:]), seed
+
+
+def among_others(prog: Program, rng: random.Random, sizes, calls: int, cost) -> list:
+    """Buffers of these sizes (at their own addresses) cleared in random
+    order; cost(n, k) is a call's ordinary-store clear, times a streaming
+    one, k the buffer's ordinary-store clears since its latest streaming
+    one.  Returns (n, role, ticket) per call."""
+    mine: dict[int, list[int]] = {n: [] for n in sizes}
+    out = []
+    for _ in range(calls):
+        n = rng.choice(sizes)
+        past = mine[n]
+        k = past[::-1].index(S) if S in past else len(past)
+        a = prog.step(n, HOT + n * 4, cost=(WARM[S] * cost(n, k), WARM[S]))
+        past.append(a)
+        out.append((n, a, prog.tickets[-1]))
+    return out
+
+
+def test_sizes_presumed_kept_alone_are_not_among_others_that_add_up_to_more(learner):
+    """Buffers of 10 and 11 MiB, each presumed kept alone (kept_max 12
+    MiB), cleared in random order with a 6 MiB one: a call's footprint
+    (its size and the distinct bytes cleared since its previous clear) is
+    up to 27 MiB, and the machine keeps neither.  Once their footprints
+    show it (three of a class's latest eight calls), they are not held as
+    cached: over 8 programs, their share of ordinary stores is at most 8%
+    at the median (presumed by size alone, 11-16%), the programs cost at
+    most 1.10x the better role of each call at the median (1.14-1.18x),
+    and the comparisons found their class not kept."""
+    held(learner, kept_max=12 * MiB)
+    shares, costs = [], []
+    for seed in range(8):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        calls = among_others(prog, random.Random(seed), (10 * MiB, 11 * MiB, 6 * MiB), 240,
+                             lambda n, k: 1.0 if n < 8 * MiB else not_kept(k))
+        big = [a for n, a, _ in calls if n > 8 * MiB]
+        shares.append(big.count(T) / len(big))
+        costs.append(prog.spent / prog.best)
+        assert stat(23, RECENT).kept == -1, seed
+        st = stat(23, RECENT)
+        if st.crowded > lib.CP_ADAPT_FP_VOTE:
+            said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(23)
+                    if x.context == RECENT]
+            assert "not presumed kept: %d of its size class's latest 8" % st.crowded \
+                in said[0], said
+    assert statistics.median(shares) <= 0.08, shares
+    assert statistics.median(costs) <= 1.10, costs
+
+
+def test_a_size_presumed_kept_among_larger_footprints_is_held_once_alone(learner):
+    """The same three buffers, then the 10 MiB one alone, back to back, on
+    a machine that keeps it (kept_shape): found not kept among the others,
+    it is held as cached again within 16 calls of being alone, on ordinary
+    stores untimed but for its checks, without another comparison."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+    for seed in range(3):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        among_others(prog, random.Random(seed), (n, 11 * MiB, 6 * MiB), 240,
+                     lambda m, k: 1.0 if m < 8 * MiB else not_kept(k))
+        before = stat(23, RECENT)
+        assert before.kept == -1, seed
+        for _ in range(200):
+            prog.step(n, HOT + n * 4, cost=(WARM[S] * kept_shape(since_streaming(prog)),
+                                             WARM[S]))
+        alone = prog.tickets[-200:]
+        held_from = max(i + 1 for i, t in enumerate(alone)
+                        if role(t) != T or not (untimed(t) or is_check(t)))
+        assert held_from <= 16, seed
+        assert stat(23, RECENT).comparisons == before.comparisons, seed
+
+
+def test_a_size_found_kept_holds_its_class_only_up_to_a_quarter_above(learner):
+    """Its class (8-16 MiB) found kept at 9 MiB, a recent buffer of 15 MiB
+    is not held as cached on that evidence: it starts on streaming, as one
+    of a size not found kept, and its ordinary-store clears are timed ones
+    (a comparison's); one of 11 MiB is held."""
+    held(learner)
+    teach(9 * MiB)
+    prog = Program(seed=3)
+    prog.loop(15 * MiB, 12, cost=(WARM[S] * 2.3, WARM[S]))
+    assert prog.roles[1:3] == [S] * 2
+    assert not [t for a, t in zip(prog.roles, prog.tickets) if a == T and untimed(t)]
+    lib.cp_adapt_reset()
+    teach(9 * MiB)
+    prog = Program(seed=3)
+    prog.loop(11 * MiB, 12, cost=(WARM[S] * 0.75, WARM[S]))
+    assert prog.roles[1:12] == [T] * 11 and all(untimed(t) or is_check(t)
+                                                for t in prog.tickets[1:12])
+    said = [x.sentence(32 * MiB, 8 * MiB) for x in _adapt.learned(23) if x.context == RECENT]
+    assert "(sizes up to 11.2 MiB)" in said[0], said
+
+
+def test_a_comparison_whose_sizes_move_starts_afresh(learner):
+    """A recent buffer of 9 MiB whose roles cost about the same in noisy
+    work is being compared (or settled on ordinary stores) when the
+    program moves to one of 15 MiB, in the same size class, that streams
+    at 0.42x the cost: the comparison's pairs so far are not the new
+    program's, and it starts afresh (CP_ADAPT_BY_SIZE) and streams within
+    10 calls; carried on, the old pairs held it to ordinary stores for the
+    next 100 calls.  In each of 5 programs: at most 25 of the 15 MiB
+    buffer's 100 calls on ordinary stores."""
+    learner()
+    moved = 0
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed, jitter=4 * 9 * MiB * COLD[T])
+        prog.loop(9 * MiB, 40, cost=(COLD[T], COLD[T] * 0.97))
+        comparing = stat(23, RECENT).learned == lib.CP_LEARNED_COMPARING
+        k = len(prog.roles)
+        prog.jitter = 0
+        prog.loop(15 * MiB, 100, cost=(COLD[S] * 2.4, COLD[S]))
+        st = stat(23, RECENT)
+        assert st.learned == lib.CP_LEARNED_STREAMING, seed
+        assert prog.roles[k:].count(T) <= 25, seed
+        if comparing:
+            assert st.trigger == lib.CP_ADAPT_BY_SIZE, seed
+            assert prog.settled_from(S, k, 16) <= 10, seed
+            moved += 1
+    assert moved >= 2
 
 
 def test_the_wait_for_a_refill_holds_among_small_clears(learner):

@@ -57,6 +57,13 @@ enum {
     CHECK_CALLS = 4,            /* a cached context's checks are at least this many
                                    calls apart ... */
     CHECK_CALLS_MAX = 4096,     /* ... and at most this many */
+    FP_CALLS = CP_ADAPT_FP_CALLS,   /* a held size's class: its latest recent calls
+                                       whose footprints presume it kept or not */
+    FP_VOTE = CP_ADAPT_FP_VOTE,     /* ... presumed kept while at most this many of
+                                       them were above kept_most (held_kept) */
+    FP_SEEN = 1 << 16,
+    HELD_YES = 1,
+    HELD_NO = 2,
     REFILL_BLOCK = 8,           /* the longest temporal block of a recent buffer's
                                    comparison (refill_gain) */
     REFILL_HELD = 16,           /* a held buffer's: and the calls its checks wait
@@ -236,6 +243,9 @@ struct ctx_state {
     uint32_t pairs_max;         /* the most pairs of a comparison */
     uint32_t limit;             /* the pairs at which this comparison ends undecided */
     uint64_t until;             /* ... or the call (calls) at which it does */
+    size_t cmp_lo, cmp_hi;      /* the sizes it compares: a quarter about its first
+                                   call's (0: none yet) */
+    int outside;                /* the latest call's size was not among them */
     double sum, sumsq;          /* of the counted pairs' clipped ln ratios */
     double typical[2];          /* each role's median ln cost over the latest pairs */
     double clip_mid, clip_lim;  /* the clip of a ratio: mid +- lim */
@@ -303,13 +313,25 @@ static size_t band_lo, band_hi, recent_most, cached_most;
 static size_t large_from;
 /* Per size class above recent_most: 1 where this machine has shown it
  * keeps its recent buffers in the cache (settle, keeps_in_cache), -1 where
- * it has shown it does not, 0 not known.  Where kept, and where not known
- * up to kept_most (kept_max: sizes near recent_max, presumed kept), its
- * recent buffers are held as cached, up to cached_most, from their first
- * recent call (held_kept); the others are timed like any buffer, starting
- * on streaming.  Set by comparisons, forgotten with the rest (relaxed
+ * it has shown it does not, 0 not known; and kept_bound, what that verdict
+ * holds for: kept, the sizes up to a quarter above the one found kept (a
+ * class spans a factor of two: 79 MiB kept on the Intel guest did not
+ * make 125 MiB so); not kept, 1 where it was found among footprints above
+ * kept_most (fp_small: the same buffer alone may yet be kept), else 0.
+ * Its recent buffers are held as cached, up to cached_most, from their
+ * first recent call where their size was found kept, or presumed kept
+ * (held_kept); the others are timed like any buffer, starting on
+ * streaming.  Set by comparisons, forgotten with the rest (relaxed
  * atomics, read without the lock). */
 static int kept_class[CP_ADAPT_CLASSES];
+static uint64_t kept_bound[CP_ADAPT_CLASSES];
+/* Per size class: a bit for each of its latest FP_CALLS recent calls of a
+ * held size, set where the footprint was above kept_most, and FP_SEEN
+ * once there was one (choose). */
+static uint32_t fp_hist[CP_ADAPT_CLASSES];
+/* ... and whether its latest was held as cached (HELD_YES, HELD_NO; 0:
+ * none yet). */
+static int held_was[CP_ADAPT_CLASSES];
 static size_t kept_most;
 static int enabled;
 static uint32_t rng;
@@ -330,6 +352,8 @@ static struct {
     int ctx;
     uint64_t between;           /* the bytes of band clears since its previous clear
                                    (UINT64_MAX: not in the table) */
+    uint64_t fp;                /* its footprint: n and the distinct bytes cleared
+                                   since (on the stack), else between + n */
 } last;
 /* The fast slot (adapt.h) and the context whose calls it runs; 1 where
  * they were taken from the owner's check_left (a cached context's calls
@@ -424,6 +448,9 @@ static void forget(void)
 {
     memset(table, 0, sizeof table);
     memset(kept_class, 0, sizeof kept_class);
+    memset(kept_bound, 0, sizeof kept_bound);
+    memset(fp_hist, 0, sizeof fp_hist);
+    memset(held_was, 0, sizeof held_was);
     memset(seen, 0, sizeof seen);
     memset(&last, 0, sizeof last);
     STORE(cp_adapt_fast_slot.addr, 0);
@@ -563,8 +590,10 @@ static struct seen *slot_of(uintptr_t a)
  * the 19 MiB one make 35 MiB on the clock.  The stack counts each large
  * buffer once; the smaller clears since (below stack_min, not on it) are
  * taken from the clocks, each clear counted, as before.  A buffer not on
- * the stack (STACK others since, or never) gets 0: the byte clock decides. */
-static int stack_recent(uintptr_t a, size_t n, uint64_t before, size_t reuse)
+ * the stack (STACK others since, or never) gets 0: the byte clock decides.
+ * On the stack, *fp gets its footprint: those distinct bytes and n. */
+static int stack_recent(uintptr_t a, size_t n, uint64_t before, size_t reuse,
+                        uint64_t *fp)
 {
     /* A try-lock: a call that finds the stack busy (another thread's clear
      * on it) is left off it, and the byte clock counts it like a small
@@ -582,8 +611,10 @@ static int stack_recent(uintptr_t a, size_t n, uint64_t before, size_t reuse)
         /* (Lost updates of the byte clock by racing calls can leave it
          * behind an entry's: then nothing is known, and the clock decides.) */
         uint64_t all = before - stack[i].clock, large = large_before - stack[i].large;
-        hit = before >= stack[i].clock && all >= large && all - large <= reuse
-              && (uint64_t)above + (all - large) + n <= reuse;
+        if (before >= stack[i].clock && all >= large) {
+            *fp = (uint64_t)above + (all - large) + n;
+            hit = all - large <= reuse && *fp <= reuse;
+        }
     }
     for (int j = i < STACK ? i : STACK - 1; j > 0; j--)
         stack[j] = stack[j - 1];
@@ -611,7 +642,8 @@ static int is_recent(const void *addr, size_t n)
     int known = LOAD(e->addr) == a;
     uint64_t between = known ? before - LOAD(e->clock) : UINT64_MAX;
     int hit = known && between + n <= reuse;
-    if (n >= LOAD(stack_min) && stack_recent(a, n, before, reuse))
+    uint64_t fp = known ? between + n : UINT64_MAX;
+    if (n >= LOAD(stack_min) && stack_recent(a, n, before, reuse, &fp))
         hit = 1;
     STORE(e->addr, a);
     STORE(e->clock, now);
@@ -619,6 +651,7 @@ static int is_recent(const void *addr, size_t n)
     STORE(last.n, n);
     STORE(last.ctx, hit);
     STORE(last.between, between);
+    STORE(last.fp, fp);
     return hit;
 }
 
@@ -649,6 +682,14 @@ static void flush_fast(void)
     size_t n = LOAD(f->n);
     uint64_t now = LOAD(byte_clock) + (uint64_t)ran * n;
     STORE(byte_clock, now);
+    int cls = size_class(n);
+    uint32_t hist = LOAD(fp_hist[cls]);
+    if (n > LOAD(recent_most) && n <= LOAD(cached_most) && hist & FP_SEEN) {
+        /* Its footprints, back to back: its own size. */
+        uint32_t k = ran < FP_CALLS ? ran : FP_CALLS, mask = (1u << FP_CALLS) - 1;
+        uint32_t big = n > LOAD(kept_most) ? (1u << k) - 1 : 0;
+        STORE(fp_hist[cls], ((hist << k | big) & mask) | FP_SEEN);
+    }
     struct seen *e = slot_of(a);
     if (LOAD(e->addr) == a)
         STORE(e->clock, now);
@@ -795,20 +836,42 @@ int cp_adapt_choose(size_t n, const void *addr)
 }
 
 /* Whether a recent buffer of n bytes above recent_max is held as cached:
- * its size class found kept, or the size presumed kept (kept_most) and the
- * class not found otherwise. */
+ * its size found kept (kept_bound), or presumed kept (up to kept_most)
+ * while the footprints of its class's latest recent calls are mostly
+ * within kept_most too (fp_small: a call's footprint is its size and the
+ * distinct bytes cleared since its previous clear), and no comparison
+ * found it not kept among such footprints.  A buffer presumed kept by its size alone, among
+ * others that add up to more, was not: on the Intel guest, buffers of 64,
+ * 55 and 22 MiB cleared in turn in random order each cost 2.4x a streaming
+ * clear on ordinary stores (the 22 MiB one, up to recent_max, is kept
+ * where the others stream).  The class's latest calls, not this call's
+ * footprint alone, decide: a role that changed with each call's footprint
+ * changed between clears of one buffer back to back, and each change
+ * costs 2-4x a clear (ordinary stores read the buffer back in; streaming
+ * stores write its dirty lines back first). */
+static int fp_small(int cls)
+{
+    uint32_t big = LOAD(fp_hist[cls]) & ((1u << FP_CALLS) - 1);
+    return __builtin_popcount(big) <= FP_VOTE;
+}
+
 static int held_kept(size_t n, int cls)
 {
     int kept = LOAD(kept_class[cls]);
-    return kept > 0 || (!kept && n <= LOAD(kept_most));
+    uint64_t bound = LOAD(kept_bound[cls]);
+    size_t most = LOAD(kept_most);
+    if (kept > 0)
+        return n <= bound;
+    return n <= most && fp_small(cls) && (kept == 0 || bound);
 }
 
-/* A held size presumed kept whose class no comparison has judged yet: its
- * checks are a cached buffer's (CHECK_MARGIN), the first HELD_KEEP one
- * call apart (cached_call, check_clear). */
+/* A held size presumed kept whose size no comparison has found kept (its
+ * class not judged, or found not kept at a larger footprint): its checks
+ * are a cached buffer's (CHECK_MARGIN), the first HELD_KEEP one call apart
+ * (cached_call, check_clear). */
 static int presumed_unjudged(size_t n, int cls)
 {
-    return n > LOAD(recent_most) && !LOAD(kept_class[cls]);
+    return n > LOAD(recent_most) && LOAD(kept_class[cls]) <= 0;
 }
 
 static int choose(size_t n, const void *addr)
@@ -823,8 +886,29 @@ static int choose(size_t n, const void *addr)
     struct ctx_state *s = &table[cls][ctx];
     int closing = span_open();
     int evicted = LOAD(s->evicted);
+    int held = 0;
+    if (ctx && n > LOAD(recent_most) && n <= LOAD(cached_most)) {
+        /* The class's first such call stands for all FP_CALLS until
+         * there are more. */
+        uint32_t hist = LOAD(fp_hist[cls]), mask = (1u << FP_CALLS) - 1;
+        uint32_t big = LOAD(last.fp) > LOAD(kept_most);
+        hist = hist & FP_SEEN ? (hist << 1 | big) & mask : big ? mask : 0;
+        STORE(fp_hist[cls], hist | FP_SEEN);
+        held = !evicted && held_kept(n, cls);
+        int was = LOAD(held_was[cls]);
+        STORE(held_was[cls], held ? HELD_YES : HELD_NO);
+        if (held && was == HELD_NO && LOAD(kept_class[cls]) <= 0) {
+            /* Presumed kept again, after calls not held (streaming,
+             * or compared): its checks start afresh, after the wait for
+             * the refill of a buffer streaming pushed out. */
+            STORE(s->held_hist, 0);
+            STORE(s->checks, 0);
+            STORE(s->check_left, REFILL_HELD);
+            STORE(s->refilling, 1);
+        }
+    }
     if (ctx && n <= LOAD(cached_most)
-        && (n <= LOAD(recent_most) ? evicted != EVICTED_SMALL : !evicted && held_kept(n, cls)))
+        && (n <= LOAD(recent_most) ? evicted != EVICTED_SMALL : held))
         return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_TEMPORAL,
                            CP_LEARNED_CACHED);
     if (!ctx && n > LOAD(recent_most) && n <= LOAD(cached_most) && held_kept(n, cls)) {
@@ -967,6 +1051,8 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->pos = 0;
     s->have = 0;
     s->least = s->most = 0;
+    s->cmp_lo = s->cmp_hi = 0;
+    s->outside = 0;
     if (!resume) {
         s->pairs = s->used = s->dropped = s->wins = 0;
         s->sum = s->sumsq = 0;
@@ -1138,6 +1224,25 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             start_comparison(s, CP_ADAPT_BY_START);
         else if (!s->comparing && s->since >= s->recheck)
             start_comparison(s, CP_ADAPT_BY_RECHECK);
+        if (s->comparing && !s->cmp_hi) {
+            s->cmp_lo = n - n / 5;
+            s->cmp_hi = n + n / 4;
+        } else if (s->comparing && (n < s->cmp_lo || n > s->cmp_hi)) {
+            /* A size class spans a factor of two, and a program that
+             * moved to other sizes of it (79 MiB, then 101 and 125 MiB on
+             * the Intel guest) is another program: its pairs are not the
+             * old ones'.  Two calls in a row off the sizes compared start
+             * the comparison afresh (one alone is a buffer among others),
+             * once: a program that keeps moving between sizes of the class
+             * is compared on all of them. */
+            if (s->outside++ && s->trigger != CP_ADAPT_BY_SIZE) {
+                start_comparison(s, CP_ADAPT_BY_SIZE);
+                s->cmp_lo = n - n / 5;
+                s->cmp_hi = n + n / 4;
+            }
+        } else {
+            s->outside = 0;
+        }
         if (s->comparing) {
             /* Pairs of blocks, each pair's order drawn: drift and the
              * program's own rhythm land on both roles alike. */
@@ -1332,12 +1437,14 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
              * that is recent_max, shares the class of 32-64 MiB) is cached
              * again, and its own checks watch it; the held sizes are not
              * kept. */
+            STORE(kept_bound[cls], !fp_small(cls));
             STORE(kept_class[cls], -1);
             STORE(s->evicted, 0);
             s->overruled = 0;
             return;
         }
         if (role == CP_ADAPT_TEMPORAL) {
+            STORE(kept_bound[cls], n + n / 4);
             STORE(kept_class[cls], 1);
             double kept = clear_median(&s->roles[CP_ADAPT_TEMPORAL]);
             double stream = params.stream_ns_per_byte;
@@ -1737,9 +1844,13 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     if (pthread_mutex_trylock(&lock) != 0)
         return;
     struct ctx_state *s = &table[cls][ctx];
-    if (s->init && s->learned == CP_LEARNED_CACHED && !s->evicted) {
+    int held = n > params.recent_max;
+    /* A held buffer is checked whatever its context learned from the
+     * calls not held (a footprint above kept_most, or found not kept at
+     * a larger one): the checks are all that watch its held calls. */
+    if (s->init && (s->learned == CP_LEARNED_CACHED || (held && !s->comparing))
+        && !s->evicted) {
         double x = per_byte(start_ns, end_ns, n);
-        int held = n > params.recent_max;
         /* A held size presumed kept, no comparison of its class yet, is
          * checked as a recent buffer up to recent_max is: its ordinary-store
          * clears in the cache cost 0.9-1.1x a streaming one from call to
@@ -1867,6 +1978,10 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         out->switches = s->switches;
         out->period = s->stretch > s->period ? s->stretch : s->period;
         out->kept = LOAD(kept_class[size_class]);
+        out->kept_upto = out->kept > 0 ? (size_t)LOAD(kept_bound[size_class]) : 0;
+        uint32_t hist = LOAD(fp_hist[size_class]);
+        out->crowded = hist & FP_SEEN
+                       ? __builtin_popcount(hist & ((1u << FP_CALLS) - 1)) : -1;
     }
     pthread_mutex_unlock(&lock);
     return have;

@@ -30,12 +30,18 @@
  * there, at most 1.5x; its checks wait out the refill after a clear of it
  * outside the window, or after the comparison, while less than an eighth
  * of it is cleared between): how much of the cache one program keeps is
- * the machine's, and its neighbours'.  Up to kept_max (sizes near
- * recent_max, kept about as often as not) it is held so from its first
- * recent call, presumed kept, its checks slow only above 1.25x a
- * streaming clear (as those of a buffer up to recent_max) and its first
- * five one call apart, until a comparison of its size class finds the
- * machine does not keep it.  A class may hold both a buffer up to
+ * the machine's, and its neighbours'.  A class found kept holds sizes up
+ * to a quarter above the one its comparison ran on (the class spans a
+ * factor of two).  Up to kept_max (sizes near recent_max, kept about as
+ * often as not) it is held so from its first recent call, presumed kept,
+ * its checks slow only above 1.25x a streaming clear (as those of a
+ * buffer up to recent_max) and its first five one call apart, while at
+ * most 2 of its class's latest 8 recent calls had a footprint (the size
+ * and the distinct bytes cleared since the buffer's previous clear) above
+ * kept_max, and until a comparison of its size class finds the machine
+ * does not keep it among such footprints (a verdict among larger ones
+ * leaves the size presumed kept once they are small again: the same
+ * buffer cleared alone).  A class may hold both a buffer up to
  * recent_max and held sizes (recent_max a power of two): each kind has
  * its own checks, and a held buffer found out of the cache leaves the
  * other cached.
@@ -148,6 +154,12 @@ enum {
     CP_ADAPT_REFILL_FAR_PCT = 150,
     CP_ADAPT_HELD_VOTE = 3,
     CP_ADAPT_HELD_KEEP = 5,
+    /* A size presumed kept (kept_max) is held while at most CP_ADAPT_FP_VOTE
+     * of its class's latest CP_ADAPT_FP_CALLS recent calls had a footprint
+     * (its size and the distinct bytes cleared since the buffer's previous
+     * clear) above kept_max. */
+    CP_ADAPT_FP_CALLS = 8,
+    CP_ADAPT_FP_VOTE = 2,
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
      * CP_LEARNED_NONE, is the policy's "the learner was not asked"). */
     CP_LEARNED_FIRST = 1,       /* nothing compared yet: the safe role */
@@ -168,8 +180,10 @@ enum {
     CP_ADAPT_BY_START = 0,      /* the context's first calls */
     CP_ADAPT_BY_CHANGE = 1,     /* the settled role's cost moved */
     CP_ADAPT_BY_RECHECK = 2,    /* the recheck gap ran out */
-    CP_ADAPT_BY_EVICTED = 3     /* a recent buffer taken as cached cleared slower than
+    CP_ADAPT_BY_EVICTED = 3,    /* a recent buffer taken as cached cleared slower than
                                    streaming would: it was not in the cache */
+    CP_ADAPT_BY_SIZE = 4        /* two calls in a row, during a comparison, of sizes
+                                   more than a quarter off the size it started on */
 };
 
 struct cp_adapt_params {
@@ -243,6 +257,10 @@ struct cp_adapt_stat {
     uint32_t period;            /* settled: a timed pair every `period` calls */
     int kept;                   /* the size class: 1 found kept in the cache, -1 found
                                    not kept (above recent_max), 0 not known */
+    size_t kept_upto;           /* kept 1: the sizes held, up to this many bytes */
+    int crowded;                /* of the class's latest CP_ADAPT_FP_CALLS recent calls
+                                   of a held size, those whose footprint was above
+                                   kept_max; -1: none seen */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
