@@ -111,7 +111,7 @@ PRESUMED = (
     "the cache keeps such a buffer about as often as not, and ordinary stores lose little "
     "where it does not, so they run untimed while " + _PRESUMED_CHECKS + ", and while "
     "no more than %d of its size class's latest %d recent calls came with more than "
-    "{kept_max} cleared since the buffer's previous clear, its own size included (3 "
+    "{crowd} cleared since the buffer's previous clear, its own size included (3 "
     "checks that find it slower hand it to a comparison, and one that finds it not kept "
     "among such calls ends this for its size)" % (lib.CP_ADAPT_FP_VOTE,
                                                   lib.CP_ADAPT_FP_CALLS))
@@ -120,7 +120,7 @@ FP_VOTE = lib.CP_ADAPT_FP_VOTE
 
 #: Why a size up to kept_max is not presumed kept.
 CROWDED = ("not presumed kept: %%d of its size class's latest %d recent calls came with "
-           "more than {kept_max} cleared since the buffer's previous clear, its own size "
+           "more than {crowd} cleared since the buffer's previous clear, its own size "
            "included (at most %d may)" % (lib.CP_ADAPT_FP_CALLS, lib.CP_ADAPT_FP_VOTE))
 
 #: What started a context's latest comparison (cp_adapt_stat's trigger).
@@ -177,7 +177,9 @@ class Learned:
     crowded: int = -1
     """Of the size class's latest CP_ADAPT_FP_CALLS recent calls of a held
     size, those whose footprint (the size and the distinct bytes cleared
-    since the buffer's previous clear) was above kept_max; -1: none yet."""
+    since the buffer's previous clear) was above kept_max and recent_max
+    together (a size presumed kept and a threshold's worth of others); -1:
+    none yet."""
 
     @property
     def sizes(self) -> str:
@@ -200,6 +202,7 @@ class Learned:
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max),
             kept_max=format_size(kept_max), large=format_size(large_min()),
+            crowd=format_size(kept_max + _params().recent_max),
             large_factor=LARGE_FACTOR)
 
     def start_reason(self, recent_max: int) -> str:

@@ -60,7 +60,7 @@ enum {
     FP_CALLS = CP_ADAPT_FP_CALLS,   /* a held size's class: its latest recent calls
                                        whose footprints presume it kept or not */
     FP_VOTE = CP_ADAPT_FP_VOTE,     /* ... presumed kept while at most this many of
-                                       them were above kept_most (held_kept) */
+                                       them were above crowd_most (held_kept) */
     FP_SEEN = 1 << 16,
     HELD_YES = 1,
     HELD_NO = 2,
@@ -243,6 +243,8 @@ struct ctx_state {
     uint32_t pairs_max;         /* the most pairs of a comparison */
     uint32_t limit;             /* the pairs at which this comparison ends undecided */
     uint64_t until;             /* ... or the call (calls) at which it does */
+    uint32_t fp_big, fp_all;    /* its ordinary-store calls: those whose footprint was
+                                   above crowd_most, and all */
     size_t cmp_lo, cmp_hi;      /* the sizes it compares: a quarter about its first
                                    call's (0: none yet) */
     int outside;                /* the latest call's size was not among them */
@@ -316,8 +318,9 @@ static size_t large_from;
  * it has shown it does not, 0 not known; and kept_bound, what that verdict
  * holds for: kept, the sizes up to a quarter above the one found kept (a
  * class spans a factor of two: 79 MiB kept on the Intel guest did not
- * make 125 MiB so); not kept, 1 where it was found among footprints above
- * kept_most (fp_small: the same buffer alone may yet be kept), else 0.
+ * make 125 MiB so); not kept, 1 where most of its comparison's
+ * ordinary-store calls had footprints above crowd_most (the same buffer
+ * alone may yet be kept), else 0.
  * Its recent buffers are held as cached, up to cached_most, from their
  * first recent call where their size was found kept, or presumed kept
  * (held_kept); the others are timed like any buffer, starting on
@@ -326,13 +329,21 @@ static size_t large_from;
 static int kept_class[CP_ADAPT_CLASSES];
 static uint64_t kept_bound[CP_ADAPT_CLASSES];
 /* Per size class: a bit for each of its latest FP_CALLS recent calls of a
- * held size, set where the footprint was above kept_most, and FP_SEEN
+ * held size, set where the footprint was above crowd_most, and FP_SEEN
  * once there was one (choose). */
 static uint32_t fp_hist[CP_ADAPT_CLASSES];
 /* ... and whether its latest was held as cached (HELD_YES, HELD_NO; 0:
  * none yet). */
 static int held_was[CP_ADAPT_CLASSES];
 static size_t kept_most;
+/* The footprint above which a call counts against its size's presumption
+ * (fp_hist): a size presumed kept and up to a threshold's worth of other
+ * buffers.  At kept_most itself, any clear between put a buffer of that
+ * size above it: on the Intel guest (kept_most 64 MiB) buffers of 60.6
+ * MiB among 5 MiB ones, 64 MiB between 136 KiB pool pages, 59.4 MiB among
+ * 13.1, 3.8 and 2.6 MiB ones were all kept (ordinary stores the best), and
+ * ran at 0.64-0.79 of the best streamed. */
+static size_t crowd_most;
 static int enabled;
 static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
@@ -513,6 +524,7 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
                        : recent_most);
     STORE(kept_most, LOAD(cached_most) > recent_most
                      ? (params.kept_max < cached_most ? params.kept_max : cached_most) : 0);
+    STORE(crowd_most, LOAD(kept_most) + recent_most);
     STORE(band_lo, params.lo);
     STORE(band_hi, params.hi);
     pthread_mutex_unlock(&lock);
@@ -687,7 +699,7 @@ static void flush_fast(void)
     if (n > LOAD(recent_most) && n <= LOAD(cached_most) && hist & FP_SEEN) {
         /* Its footprints, back to back: its own size. */
         uint32_t k = ran < FP_CALLS ? ran : FP_CALLS, mask = (1u << FP_CALLS) - 1;
-        uint32_t big = n > LOAD(kept_most) ? (1u << k) - 1 : 0;
+        uint32_t big = n > LOAD(crowd_most) ? (1u << k) - 1 : 0;
         STORE(fp_hist[cls], ((hist << k | big) & mask) | FP_SEEN);
     }
     struct seen *e = slot_of(a);
@@ -838,10 +850,11 @@ int cp_adapt_choose(size_t n, const void *addr)
 /* Whether a recent buffer of n bytes above recent_max is held as cached:
  * its size found kept (kept_bound), or presumed kept (up to kept_most)
  * while the footprints of its class's latest recent calls are mostly
- * within kept_most too (fp_small: a call's footprint is its size and the
+ * within crowd_most (fp_small: a call's footprint is its size and the
  * distinct bytes cleared since its previous clear), and no comparison
- * found it not kept among such footprints.  A buffer presumed kept by its size alone, among
- * others that add up to more, was not: on the Intel guest, buffers of 64,
+ * found it not kept among such footprints.  A buffer presumed kept by its
+ * size alone, among others that add up to more, was not: on the Intel
+ * guest, buffers of 64,
  * 55 and 22 MiB cleared in turn in random order each cost 2.4x a streaming
  * clear on ordinary stores (the 22 MiB one, up to recent_max, is kept
  * where the others stream).  The class's latest calls, not this call's
@@ -891,7 +904,7 @@ static int choose(size_t n, const void *addr)
         /* The class's first such call stands for all FP_CALLS until
          * there are more. */
         uint32_t hist = LOAD(fp_hist[cls]), mask = (1u << FP_CALLS) - 1;
-        uint32_t big = LOAD(last.fp) > LOAD(kept_most);
+        uint32_t big = LOAD(last.fp) > LOAD(crowd_most);
         hist = hist & FP_SEEN ? (hist << 1 | big) & mask : big ? mask : 0;
         STORE(fp_hist[cls], hist | FP_SEEN);
         held = !evicted && held_kept(n, cls);
@@ -1053,6 +1066,7 @@ static void start_comparison(struct ctx_state *s, int trigger)
     s->least = s->most = 0;
     s->cmp_lo = s->cmp_hi = 0;
     s->outside = 0;
+    s->fp_big = s->fp_all = 0;
     if (!resume) {
         s->pairs = s->used = s->dropped = s->wins = 0;
         s->sum = s->sumsq = 0;
@@ -1437,7 +1451,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
              * that is recent_max, shares the class of 32-64 MiB) is cached
              * again, and its own checks watch it; the held sizes are not
              * kept. */
-            STORE(kept_bound[cls], !fp_small(cls));
+            STORE(kept_bound[cls], 2 * s->fp_big > s->fp_all);
             STORE(kept_class[cls], -1);
             STORE(s->evicted, 0);
             s->overruled = 0;
@@ -1846,7 +1860,7 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     struct ctx_state *s = &table[cls][ctx];
     int held = n > params.recent_max;
     /* A held buffer is checked whatever its context learned from the
-     * calls not held (a footprint above kept_most, or found not kept at
+     * calls not held (footprints above crowd_most, or found not kept at
      * a larger one): the checks are all that watch its held calls. */
     if (s->init && (s->learned == CP_LEARNED_CACHED || (held && !s->comparing))
         && !s->evicted) {
@@ -1927,6 +1941,8 @@ void cp_adapt_record_span(size_t n, int ticket, uint64_t start_ns, uint64_t end_
                 s->least = x;
             if (x > s->most)
                 s->most = x;
+            s->fp_big += LOAD(last.fp) > crowd_most;
+            s->fp_all++;
         }
     }
     int was_comparing = s->comparing;

@@ -38,7 +38,7 @@
  * buffer up to recent_max) and its first five one call apart, while at
  * most 2 of its class's latest 8 recent calls had a footprint (the size
  * and the distinct bytes cleared since the buffer's previous clear) above
- * kept_max, and until a comparison of its size class finds the machine
+ * kept_max + recent_max, and until a comparison of its size class finds the machine
  * does not keep it among such footprints (a verdict among larger ones
  * leaves the size presumed kept once they are small again: the same
  * buffer cleared alone).  A class may hold both a buffer up to
@@ -157,7 +157,7 @@ enum {
     /* A size presumed kept (kept_max) is held while at most CP_ADAPT_FP_VOTE
      * of its class's latest CP_ADAPT_FP_CALLS recent calls had a footprint
      * (its size and the distinct bytes cleared since the buffer's previous
-     * clear) above kept_max. */
+     * clear) above kept_max + recent_max. */
     CP_ADAPT_FP_CALLS = 8,
     CP_ADAPT_FP_VOTE = 2,
     /* learned: why a context runs its role (cp_adapt_stat's learned; 0,
@@ -260,7 +260,7 @@ struct cp_adapt_stat {
     size_t kept_upto;           /* kept 1: the sizes held, up to this many bytes */
     int crowded;                /* of the class's latest CP_ADAPT_FP_CALLS recent calls
                                    of a held size, those whose footprint was above
-                                   kept_max; -1: none seen */
+                                   kept_max + recent_max; -1: none seen */
 };
 
 /* The defaults, with the band off (lo = hi = 0). */
