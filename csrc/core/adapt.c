@@ -854,10 +854,9 @@ int cp_adapt_choose(size_t n, const void *addr)
  * distinct bytes cleared since its previous clear), and no comparison
  * found it not kept among such footprints.  A buffer presumed kept by its
  * size alone, among others that add up to more, was not: on the Intel
- * guest, buffers of 64,
- * 55 and 22 MiB cleared in turn in random order each cost 2.4x a streaming
- * clear on ordinary stores (the 22 MiB one, up to recent_max, is kept
- * where the others stream).  The class's latest calls, not this call's
+ * guest, buffers of 64 and 55 MiB cleared in random order with one of 22
+ * MiB each cost 2.4x a streaming clear on ordinary stores (the 22 MiB one,
+ * up to recent_max, is kept where the others stream).  The class's latest calls, not this call's
  * footprint alone, decide: a role that changed with each call's footprint
  * changed between clears of one buffer back to back, and each change
  * costs 2-4x a clear (ordinary stores read the buffer back in; streaming
