@@ -191,7 +191,8 @@ class Learned:
         :data:`HELD` for a cached class above recent_max)."""
         held = self.learned == lib.CP_LEARNED_CACHED and (1 << self.size_class) >= recent_max
         text = (HELD if self.kept > 0 else PRESUMED) if held else LEARNED[self.learned]
-        kept_max = _params().kept_max
+        params = _params()
+        kept_max = params.kept_max
         if self.kept > 0 and held:
             text += " (sizes up to %s)" % format_size(self.kept_upto)
         elif (not held and self.context == lib.CP_ADAPT_RECENT and self.crowded > FP_VOTE
@@ -202,7 +203,7 @@ class Learned:
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max),
             kept_max=format_size(kept_max), large=format_size(large_min()),
-            crowd=format_size(kept_max + _params().recent_max),
+            crowd=format_size(kept_max + params.recent_max),
             large_factor=LARGE_FACTOR)
 
     def start_reason(self, recent_max: int) -> str:

@@ -61,6 +61,7 @@ enum {
                                        whose footprints presume it kept or not */
     FP_VOTE = CP_ADAPT_FP_VOTE,     /* ... presumed kept while at most this many of
                                        them were above crowd_most (held_kept) */
+    FP_MASK = (1 << FP_CALLS) - 1,
     FP_SEEN = 1 << 16,
     HELD_YES = 1,
     HELD_NO = 2,
@@ -669,6 +670,17 @@ static int is_recent(const void *addr, size_t n)
 
 /* ---- untimed calls: the fast slot and the quiet run --------------------- */
 
+/* Notes k calls of class cls in fp_hist, each above crowd_most or not
+ * (big); the class's first note stands for all FP_CALLS. */
+static void fp_note(int cls, uint32_t k, int big)
+{
+    uint32_t hist = LOAD(fp_hist[cls]), bits = big ? FP_MASK : 0;
+    if (k > FP_CALLS)
+        k = FP_CALLS;
+    hist = hist & FP_SEEN ? (hist << k | (bits >> (FP_CALLS - k))) & FP_MASK : bits;
+    STORE(fp_hist[cls], hist | FP_SEEN);
+}
+
 /* Takes the fast slot back: its untimed calls so far enter the books as
  * is_recent and the context would have counted them one by one (they were
  * clears of one buffer back to back, right after the call that handed them
@@ -695,13 +707,8 @@ static void flush_fast(void)
     uint64_t now = LOAD(byte_clock) + (uint64_t)ran * n;
     STORE(byte_clock, now);
     int cls = size_class(n);
-    uint32_t hist = LOAD(fp_hist[cls]);
-    if (n > LOAD(recent_most) && n <= LOAD(cached_most) && hist & FP_SEEN) {
-        /* Its footprints, back to back: its own size. */
-        uint32_t k = ran < FP_CALLS ? ran : FP_CALLS, mask = (1u << FP_CALLS) - 1;
-        uint32_t big = n > LOAD(crowd_most) ? (1u << k) - 1 : 0;
-        STORE(fp_hist[cls], ((hist << k | big) & mask) | FP_SEEN);
-    }
+    if (n > LOAD(recent_most) && n <= LOAD(cached_most) && LOAD(fp_hist[cls]) & FP_SEEN)
+        fp_note(cls, ran, n > LOAD(crowd_most));  /* back to back: its own size */
     struct seen *e = slot_of(a);
     if (LOAD(e->addr) == a)
         STORE(e->clock, now);
@@ -856,15 +863,14 @@ int cp_adapt_choose(size_t n, const void *addr)
  * size alone, among others that add up to more, was not: on the Intel
  * guest, buffers of 64 and 55 MiB cleared in random order with one of 22
  * MiB each cost 2.4x a streaming clear on ordinary stores (the 22 MiB one,
- * up to recent_max, is kept where the others stream).  The class's latest calls, not this call's
- * footprint alone, decide: a role that changed with each call's footprint
+ * up to recent_max, is kept where the others stream).  The class's latest
+ * calls, not this call's footprint alone, decide: a role that changed with each call's footprint
  * changed between clears of one buffer back to back, and each change
  * costs 2-4x a clear (ordinary stores read the buffer back in; streaming
  * stores write its dirty lines back first). */
 static int fp_small(int cls)
 {
-    uint32_t big = LOAD(fp_hist[cls]) & ((1u << FP_CALLS) - 1);
-    return __builtin_popcount(big) <= FP_VOTE;
+    return __builtin_popcount(LOAD(fp_hist[cls]) & FP_MASK) <= FP_VOTE;
 }
 
 static int held_kept(size_t n, int cls)
@@ -900,12 +906,7 @@ static int choose(size_t n, const void *addr)
     int evicted = LOAD(s->evicted);
     int held = 0;
     if (ctx && n > LOAD(recent_most) && n <= LOAD(cached_most)) {
-        /* The class's first such call stands for all FP_CALLS until
-         * there are more. */
-        uint32_t hist = LOAD(fp_hist[cls]), mask = (1u << FP_CALLS) - 1;
-        uint32_t big = LOAD(last.fp) > LOAD(crowd_most);
-        hist = hist & FP_SEEN ? (hist << 1 | big) & mask : big ? mask : 0;
-        STORE(fp_hist[cls], hist | FP_SEEN);
+        fp_note(cls, 1, LOAD(last.fp) > LOAD(crowd_most));
         held = !evicted && held_kept(n, cls);
         int was = LOAD(held_was[cls]);
         STORE(held_was[cls], held ? HELD_YES : HELD_NO);
@@ -1237,10 +1238,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
             start_comparison(s, CP_ADAPT_BY_START);
         else if (!s->comparing && s->since >= s->recheck)
             start_comparison(s, CP_ADAPT_BY_RECHECK);
-        if (s->comparing && !s->cmp_hi) {
-            s->cmp_lo = n - n / 5;
-            s->cmp_hi = n + n / 4;
-        } else if (s->comparing && (n < s->cmp_lo || n > s->cmp_hi)) {
+        if (s->comparing && s->cmp_hi && (n < s->cmp_lo || n > s->cmp_hi)) {
             /* A size class spans a factor of two, and a program that
              * moved to other sizes of it (79 MiB, then 101 and 125 MiB on
              * the Intel guest) is another program: its pairs are not the
@@ -1248,13 +1246,14 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
              * the comparison afresh (one alone is a buffer among others),
              * once: a program that keeps moving between sizes of the class
              * is compared on all of them. */
-            if (s->outside++ && s->trigger != CP_ADAPT_BY_SIZE) {
+            if (s->outside++ && s->trigger != CP_ADAPT_BY_SIZE)
                 start_comparison(s, CP_ADAPT_BY_SIZE);
-                s->cmp_lo = n - n / 5;
-                s->cmp_hi = n + n / 4;
-            }
         } else {
             s->outside = 0;
+        }
+        if (s->comparing && !s->cmp_hi) {
+            s->cmp_lo = n - n / 5;
+            s->cmp_hi = n + n / 4;
         }
         if (s->comparing) {
             /* Pairs of blocks, each pair's order drawn: drift and the
@@ -1995,8 +1994,7 @@ int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out)
         out->kept = LOAD(kept_class[size_class]);
         out->kept_upto = out->kept > 0 ? (size_t)LOAD(kept_bound[size_class]) : 0;
         uint32_t hist = LOAD(fp_hist[size_class]);
-        out->crowded = hist & FP_SEEN
-                       ? __builtin_popcount(hist & ((1u << FP_CALLS) - 1)) : -1;
+        out->crowded = hist & FP_SEEN ? __builtin_popcount(hist & FP_MASK) : -1;
     }
     pthread_mutex_unlock(&lock);
     return have;
