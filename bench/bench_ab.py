@@ -263,7 +263,7 @@ def test_paired_tells_a_shift_from_noise() -> None:
     noisy = [b * rng.uniform(0.9, 1.1) for b in before]
     m, lo, hi, up = paired(before, [x * 1.05 for x in noisy])
     assert 0 < lo < math.log(1.05) < hi and up > 100
-    m, lo, hi, up = paired(before, noisy)
+    _, lo, hi, up = paired(before, noisy)
     assert lo < 0 < hi
     for df, t in ((3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042), (200, 1.972)):
         assert abs(t975(df) - t) / t < 0.01, df

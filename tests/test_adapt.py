@@ -540,6 +540,98 @@ def test_a_buffer_that_stays_dearer_on_ordinary_stores_streams_after_one_pair(le
         assert stat(n.bit_length() - 1, RECENT).pairs > 1, seed
 
 
+def flat(top):
+    """held_run's factor for a buffer the machine does not keep at all: each
+    ordinary-store clear `top` times a streaming one, the first after
+    streaming and the ones after it alike (its first clear, not recent
+    yet, a streaming clear's)."""
+    return lambda i, k: top if i else 1.0
+
+
+def test_a_buffer_ordinary_stores_do_not_bring_back_streams_after_one_pair(learner):
+    """Above recent_max and started on streaming, a buffer whose
+    ordinary-store clears stay 2.2 times a streaming one from the first to
+    the last of a block (no refill at all): the comparison's first pair,
+    streaming cheaper, ends it on streaming, with one temporal block run
+    (and the next pair's first call, handed out before the pair closed),
+    in each of 5 programs.  Where the clears fall 5% a call (not_kept: a
+    buffer the machine brings back slowly, or not), or the program's work
+    on the buffer makes ordinary stores cheaper for it, it runs more pairs."""
+    held(learner)
+    n = 20 * MiB
+    for seed in range(5):
+        prog = held_run(n, seed, 200, flat(2.2), taught=False)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_STREAMING and st.trigger == lib.CP_ADAPT_BY_START
+        assert st.pairs == 1 and st.kept == -1, (seed, st.pairs)
+        assert prog.roles[1:].count(T) <= 3 + 1, seed
+        held_run(n, seed, 200, lambda i, k: not_kept(k) if i else 1.0, taught=False)
+        assert stat(n.bit_length() - 1, RECENT).pairs > 1, seed
+        # reads after each clear that cost three streaming clears from
+        # memory, free from the cache on ordinary stores
+        work = 3 * n * WARM[S]
+        held_run(n, seed, 200, flat(2.2), taught=False, use=(0.0, work))
+        assert stat(n.bit_length() - 1, RECENT).pairs > 1, seed
+
+
+def test_an_early_verdict_s_cost_is_what_its_role_then_runs_at(learner):
+    """A verdict on one pair has one sample of its role's cost: where the
+    program's work after each clear then settles 30% above what that
+    sample saw, the watch takes the role's cost from its first samples,
+    and no comparison runs again; a change after those (the work
+    three times the clear) still starts one."""
+    held(learner)
+    n = 20 * MiB
+    for seed in range(3):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        clear = n * WARM[S]
+        cls = n.bit_length() - 1
+        extra, since = 0.0, None
+        for i in range(400):
+            x = 2.2 if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]), use=(extra, extra))
+            st = stat(cls, RECENT)
+            if since is None and st and st.learned == lib.CP_LEARNED_STREAMING:
+                since, extra = i, 0.3 * clear
+            if since is not None and i == since + 200:
+                assert st.comparisons == 1 and st.pairs == 1, seed
+                extra = 3 * clear
+        st = stat(cls, RECENT)
+        assert since is not None, seed
+        assert st.comparisons == 2 and st.trigger == lib.CP_ADAPT_BY_CHANGE, seed
+
+
+def walk_above_recent_max(learner):
+    """A cache four times the test's usual (128 MiB), recent_max kept at 8
+    MiB: a buffer of 16 MiB not cleared lately is below a quarter of the
+    window, ordinary stores its safe role (as 46-117 MiB on a machine whose
+    L3 is reported 480 MiB and recent_max 32)."""
+    learner(hi=512 * MiB, reuse=128 * MiB, recent_max=8 * MiB)
+
+
+@pytest.mark.parametrize("dear, pairs", [(2.4, [2]), (1.3, range(4, 40))])
+def test_a_walk_above_recent_max_on_ordinary_stores_streams_after_two_pairs(
+        learner, dear, pairs):
+    """A walk of 16 MiB buffers, ordinary stores its safe role: where each
+    ordinary-store clear costs 2.4 times a streaming one, alone and in the
+    program, the comparison's first two counted pairs end it on streaming
+    (its first, uncounted pair besides), not four; at 1.3 times it runs
+    the pairs a verdict needs otherwise.  Below recent_max (a clear of
+    microseconds, the program's noise as large) the early verdict never
+    comes on ordinary stores' side (test above)."""
+    walk_above_recent_max(learner)
+    n = 16 * MiB
+    prog = Program(seed=6)
+    prog.walk(n, 100, cost=(dear / 34.0, 1 / 34.0))
+    st = stat(24, OTHER)
+    assert st.safe == T
+    assert st.role == S and st.learned == lib.CP_LEARNED_STREAMING
+    assert st.comparisons == 1
+    assert st.pairs in pairs
+    assert st.pairs + 1 <= prog.roles.count(T) <= st.pairs + 3
+
+
 def test_a_size_the_machine_keeps_is_held_from_the_next_buffers_first_recent_call(learner):
     """Once a comparison found the machine keeps a buffer of 24 MiB in the
     cache, another of that size class is held from its first recent call,
@@ -625,7 +717,7 @@ def test_a_held_buffer_the_program_leaves_dirty_is_checked_against_its_own_clear
         st = stat(n.bit_length() - 1, RECENT)
         assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 1, seed
         assert prog.share(T, 300) == 1.0, seed
-        for i in range(60):
+        for _ in range(60):
             prog.step(n, HOT, cost=(WARM[S] * 2.2, WARM[S]), use=use)
         st = stat(n.bit_length() - 1, RECENT)
         assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons == 2, seed

@@ -259,6 +259,8 @@ struct ctx_state {
     double ref, dev;            /* ln cost of the role at settling, and its spread */
     double watch[WATCH];
     unsigned nwatch;
+    int rebase;                 /* settled on fewer than REF_PAIRS pairs: the watch's
+                                   first WATCH samples set ref and dev */
     uint64_t since, recheck;    /* calls since settling; the next comparison at */
     uint32_t holds;             /* rechecks in a row that kept the role */
     uint32_t alarms;            /* changes seen in a row that kept the role: the
@@ -1418,6 +1420,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
     s->learned = learned;
     s->comparing = 0;
     s->nwatch = 0;
+    s->rebase = s->pairs < REF_PAIRS;
     s->since = 0;
     /* The recheck gap: recheck_bytes of this context's clears, doubled for
      * each recheck in a row that kept the role.  After a draw, a few times
@@ -1646,12 +1649,42 @@ static int early_pairs(const struct ctx_state *s, unsigned pairs, double sign, d
  * run in full), where the comparison ran 4-6 pairs, 20-30 calls, half of
  * them that dear, for each such size class in each process; on the Zen 5
  * guest, which keeps one, 0.8x; and a program that uses the buffer next
- * makes the ordinary stores' pairs cheaper: neither ends early. */
-static int early_streaming(const struct ctx_state *s)
+ * makes the ordinary stores' pairs cheaper: neither ends early.  So too
+ * where ordinary stores are the safe role above recent_max (a buffer not
+ * cleared lately, below a quarter of the window: a walk of 59 MiB pages on
+ * the Intel guest, L3 480 MiB reported, each ordinary-store clear 2.4x a
+ * streaming one, ran four pairs and the uncounted first at that price, a
+ * tenth of a phase of 100 calls). */
+static int early_streaming(const struct ctx_state *s, size_t n)
 {
     return early_pairs(s, EARLY_PAIRS, -1.0, log(EARLY_FACTOR))
            && (s->safe == CP_ADAPT_STREAMING
-               || (s->start == CP_ADAPT_STREAMING && clear_gap(s) > EARLY_FACTOR));
+               || ((s->start == CP_ADAPT_STREAMING || n > params.recent_max)
+                   && clear_gap(s) > EARLY_FACTOR));
+}
+
+/* The early verdict after one pair: a recent buffer of a held size whose
+ * first temporal block did not bring it back at all (its cheapest
+ * ordinary-store clear within FLAT of its dearest, the first after
+ * streaming pushed it out) and cost EARLY_FACTOR times the streaming
+ * clears alone, where the pair found streaming cheaper for the program
+ * too (a program that reads what it cleared has the block's tail in the
+ * cache on ordinary stores: its span says whether that paid).  A machine that keeps the buffer
+ * has it back within a block (the Zen 5 guest's refills at 24-30 MiB: at
+ * most 1.2x a streaming clear from the second call on), and one that
+ * brings it back slowly still shows it (the Zen 3 guest's at 16 MiB: 3x a
+ * streaming clear falling to 1.15-1.7x over 16 calls, some 5% a call,
+ * more than FLAT over a block of three); a block as dear as its first
+ * call is a buffer the machine does not keep, whatever the program does
+ * next, and each further pair pays that block again: 2.2-2.5x a streaming
+ * clear at 46-117 MiB on the Intel guest (L3 480 MiB reported), five to
+ * seven such calls in a second pair, a tenth of a phase of 50-100 calls. */
+#define FLAT 0.93
+static int early_flat(const struct ctx_state *s, size_t n)
+{
+    return early_pairs(s, 1, -1.0, 0.0)
+           && held_size(n, (int)(s - table[size_class(n)]))
+           && s->least > FLAT * s->most && clear_gap(s) > EARLY_FACTOR;
 }
 
 /* The early verdict the other way: a recent buffer of a held size, its
@@ -1749,7 +1782,7 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
         if (s->pairs < REF_PAIRS) {
             /* Too few to tell a disturbed pair yet, but they may be
              * decisive enough (counted then, each won by streaming). */
-            if (early_streaming(s) || early_left(s, n)) {
+            if (early_streaming(s, n) || early_flat(s, n) || early_left(s, n)) {
                 s->used = s->wins = s->pairs;
                 settle(s, CP_ADAPT_STREAMING, CP_LEARNED_STREAMING, n);
             } else if (early_kept(s, n)) {
@@ -1780,6 +1813,23 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
     s->watch[s->nwatch++] = x;
     if (s->nwatch < WATCH)
         return;
+    if (s->rebase) {
+        /* An early verdict's one or two pairs are one or two samples of
+         * the role's cost: a program whose work after each clear varies
+         * (a "mixed" one, 91 MiB on the Intel guest) would find them
+         * "moved" at its next three and pay a comparison again.  The
+         * watch's first samples are the role's cost as it runs. */
+        float v[WATCH], d[WATCH];
+        for (unsigned i = 0; i < WATCH; i++)
+            v[i] = (float)s->watch[i];
+        s->ref = median_of(v, WATCH);
+        for (unsigned i = 0; i < WATCH; i++)
+            d[i] = (float)fabs(s->watch[i] - s->ref);
+        double dev = median_of(d, WATCH);
+        s->dev = dev > s->dev ? dev : s->dev;
+        s->rebase = 0;
+        return;
+    }
     /* Moved: the latest WATCH samples all beyond the bound on one side (a
      * disturbed sample or two in a row are not a change). */
     double bound = CHANGE_DEVS * s->dev;

@@ -69,8 +69,14 @@
  * its first two pairs where ordinary stores
  * cost 1.5 times as much in both (their calls are the comparison's price);
  * so does streaming as the start role of a recent buffer above
- * recent_max, where each ordinary-store clear alone in the window cost
- * 1.5 times the streaming ones too (the machine does not keep it).  The
+ * recent_max, or ordinary stores as the safe role of a buffer not cleared
+ * lately above recent_max, where each ordinary-store clear alone in the
+ * window cost 1.5 times the streaming ones too (the machine does not keep
+ * it).  A recent buffer above recent_max whose first temporal block did
+ * not bring it back at all (its ordinary-store clears within 7% of each
+ * other, the first after streaming included) at 1.5 times the streaming
+ * ones ends on streaming after that one pair, where the pair found
+ * streaming cheaper for the program too.  The
  * other way, that buffer's comparison ends on ordinary stores after two
  * pairs where both found streaming dearer and its ordinary-store clears
  * alone came back below 0.9 times the streaming ones (the machine keeps
@@ -91,7 +97,9 @@
  * uses what it clears, and its noise hid how much).
  * Once settled, a timed pair of calls now and then watches the role's
  * cost, and a change of it (the program changed) starts a comparison
- * again; so does a recheck, after a gap that doubles.
+ * again; so does a recheck, after a gap that doubles.  An early verdict's
+ * one or two pairs are too few samples of that cost: its watch's first
+ * three set it.
  *
  * A per-call path asks cp_adapt_choose(n, addr) for a ticket and runs the
  * role it names (ticket & CP_ADAPT_ROLE).  Unless the ticket has
