@@ -261,7 +261,7 @@ def test_paired_tells_a_shift_from_noise() -> None:
     rng = random.Random(1)
     before = [rng.uniform(0.6, 1.2) for _ in range(200)]
     noisy = [b * rng.uniform(0.9, 1.1) for b in before]
-    m, lo, hi, up = paired(before, [x * 1.05 for x in noisy])
+    _, lo, hi, up = paired(before, [x * 1.05 for x in noisy])
     assert 0 < lo < math.log(1.05) < hi and up > 100
     _, lo, hi, up = paired(before, noisy)
     assert lo < 0 < hi
