@@ -463,8 +463,7 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
             "gets %s untimed; any other single clear of %s-%s runs a safe routine (%s; %s for "
             "a buffer not cleared lately and larger than %s) unless timing it against the "
             "program's next clear says the other costs decisively less, and starts on %s "
-            "where it was cleared lately, is larger than %s and its checks found it out of "
-            "the cache"
+            "where it is larger than %s (cleared lately: unless held as cached)"
             % (band, format_size(reuse), format_size(small), t, _HELD_MARGIN,
                format_size(large_min()), s,
                format_size(1 << size_class), format_size(2 << size_class), t, s,

@@ -1082,9 +1082,10 @@ static void start_comparison(struct ctx_state *s, int trigger)
      * of them.  A program that switches pays it once; the pair is run and
      * not counted (a recheck's too: it follows a run of one role).  A
      * block of two leaves the switch out of its sample already, and a
-     * clear of a buffer large enough to stream safely (milliseconds) does
-     * not notice it. */
-    s->warmup = s->safe == CP_ADAPT_TEMPORAL && s->block[CP_ADAPT_STREAMING] == 1;
+     * clear of a buffer large enough to stream safely (milliseconds), or
+     * to start on streaming (above recent_max), does not notice it. */
+    s->warmup = s->safe == CP_ADAPT_TEMPORAL && s->block[CP_ADAPT_STREAMING] == 1
+                && s->start == CP_ADAPT_TEMPORAL;
     if (trigger == CP_ADAPT_BY_START && s->busy && !s->warmup) {
         /* A held buffer's probes ran its start role in a row, the latest
          * one's span sampled (busy_program): they are the first pair's
@@ -1131,11 +1132,17 @@ static int safe_role(size_t n, int ctx)
  * the comparison's clears tell the two machines apart (kept_class).
  * Streaming first costs a machine that keeps the buffer ~1.25x a call
  * until it is found kept; ordinary stores first would cost one that does
- * not keep it 1.5-3x a call until its checks found it out. */
+ * not keep it 1.5-3x a call until its checks found it out.  So too for
+ * a buffer above recent_max not cleared lately (ordinary stores its safe
+ * role below a quarter of the window): nothing says it is in the cache,
+ * and where the L3 reported is far larger than what the machine keeps,
+ * its first clear on ordinary stores cost 2.4-2.6x a streaming one (the
+ * Intel guest, L3 480 MiB reported: 46-117 MiB buffers, the first call
+ * of each size class, and a walk's every ordinary-store call). */
 static int start_role(size_t n, int ctx)
 {
     size_t most = LOAD(recent_most);
-    return ctx && most && n > most ? CP_ADAPT_STREAMING : safe_role(n, ctx);
+    return most && n > most ? CP_ADAPT_STREAMING : safe_role(n, ctx);
 }
 
 /* A recent buffer of a held size: above recent_max, up to held_max (under

@@ -55,7 +55,9 @@
  * unchecked) starts on streaming, and falls back on ordinary stores; it is
  * compared after its first 16 calls, or after 4 where the program's work
  * after each clear took twice the clear (its calls 1-3 are timed, and are
- * the streaming block of the comparison's first pair).  The
+ * the streaming block of the comparison's first pair); so does one not
+ * cleared lately (nothing says it is in the cache), compared after its
+ * context's first 16 calls.  The
  * other role is chosen only on decisive evidence, by paired comparison: the
  * two roles run in pairs of blocks of calls, the order of the two blocks
  * drawn at random for each pair, so that drift and the program's noisy work
