@@ -242,6 +242,32 @@ def test_a_recent_buffer_out_of_the_cache_is_timed_and_streams(learner):
     assert prog.tickets[1] & lib.CP_ADAPT_CHECK       # the first recent call is a check
 
 
+# A buffer coming into the cache cleared with ordinary stores, from its
+# first clear on (times a streaming clear): the Intel guest's 25.1 MiB
+# buffer padded after each clear, then 0.75.
+COMING_IN = [1.0, 2.2, 1.9, 1.7, 1.55, 1.4, 1.1, 0.9, 0.8]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_checks_of_a_buffer_coming_into_the_cache_do_not_take_it_out(learner, seed):
+    """A recent buffer whose ordinary-store clears fall call by call as it
+    comes into the cache (COMING_IN): its first checks find it slower
+    than streaming, but each slow one after the first cost a tenth less
+    than the check before, a buffer coming in, not one out: it stays
+    cached, no comparison, ordinary stores throughout.  A buffer that
+    costs its checks the same each time is taken out (the test above)."""
+    checked(learner)
+    prog = Program(seed=seed)
+    n = 4 * MiB
+    for i in range(400):
+        x = COMING_IN[i] if i < len(COMING_IN) else 0.75
+        prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+    assert [i for i, t in enumerate(prog.tickets[:12]) if is_check(t)] == [1, 5, 9]
+    st = stat(n.bit_length() - 1, RECENT)
+    assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
+    assert prog.roles == [T] * 400
+
+
 def test_checks_overruled_by_a_comparison_rest_for_a_recheck_gap_that_doubles(learner):
     """Out of the cache, but the program reads it next, so ordinary stores
     win the comparison (a check cannot tell the two apart): the buffer is

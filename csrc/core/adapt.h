@@ -19,7 +19,8 @@
  * more than a streaming clear does (stream_ns_per_byte, measured) in 2 of 3
  * checks, the buffer was not in the cache after all (the program's other
  * buffers, its reads or a sleep emptied it), and its context is timed
- * from then on like any other.  A recent buffer above recent_max and below
+ * from then on like any other (a check refill_gain cheaper than the one
+ * before is a buffer coming into the cache: not slow).  A recent buffer above recent_max and below
  * reuse_bytes (up to held_max) is held so too once a comparison of its
  * size class found the machine keeps such a buffer in the cache (its
  * ordinary-store clears, the buffer back in the cache, below 0.9x its
