@@ -1154,6 +1154,12 @@ static int held_size(size_t n, int ctx)
     return ctx && n > params.recent_max && n <= cached_most;
 }
 
+/* ... for the context s itself. */
+static int held_here(const struct ctx_state *s, size_t n)
+{
+    return held_size(n, (int)(s - table[size_class(n)]));
+}
+
 static void init_context(struct ctx_state *s, size_t n, int ctx)
 {
     s->init = 1;
@@ -1392,13 +1398,23 @@ static void take_as_cached(struct ctx_state *s, uint64_t wait)
     STORE(s->evicted, 0);
 }
 
+/* The median absolute deviation of v[0..m) about mid (m at most KEEP). */
+_Static_assert(WATCH <= KEEP, "the watch's samples fit spread_about");
+static double spread_about(const float *v, unsigned m, double mid)
+{
+    float d[KEEP] = {0};
+    for (unsigned i = 0; i < m; i++)
+        d[i] = (float)fabs(v[i] - mid);
+    return median_of(d, m);
+}
+
 static void settle(struct ctx_state *s, int role, int learned, size_t n)
 {
     /* The latest pairs counted: each role's median cost, the ratio's, and
      * the settled role's spread (median absolute deviation), which the
      * watch measures a change against. */
     unsigned k = s->pairs < KEEP ? s->pairs : KEEP, m = 0;
-    float c[2][KEEP] = {{0}}, r[KEEP] = {0}, dev[KEEP] = {0};
+    float c[2][KEEP] = {{0}}, r[KEEP] = {0};
     for (unsigned i = 0; i < k; i++)
         if (s->ok[i] || s->pairs < REF_PAIRS) {
             c[0][m] = s->lc[0][i];
@@ -1410,9 +1426,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
         s->roles[i].cost = median_of(c[i], m);
     }
     s->ref = s->roles[role].cost;
-    for (unsigned i = 0; i < m; i++)
-        dev[i] = (float)fabs(c[role][i] - s->ref);
-    s->dev = median_of(dev, m);
+    s->dev = spread_about(c[role], m, s->ref);
     s->last_pairs = s->used;
     s->last_dropped = s->dropped;
     s->last_wins = s->wins;
@@ -1679,9 +1693,10 @@ static int early_streaming(const struct ctx_state *s, size_t n)
  * streaming pushed it out) and cost EARLY_FACTOR times the streaming
  * clears alone, where the pair found streaming cheaper for the program
  * too (a program that reads what it cleared has the block's tail in the
- * cache on ordinary stores: its span says whether that paid).  A machine that keeps the buffer
- * has it back within a block (the Zen 5 guest's refills at 24-30 MiB: at
- * most 1.2x a streaming clear from the second call on), and one that
+ * cache on ordinary stores: its span says whether that paid).  A machine
+ * that keeps the buffer has it back within a block (the Zen 5 guest's
+ * refills at 24-30 MiB: at most 1.2x a streaming clear from the second
+ * call on), and one that
  * brings it back slowly still shows it (the Zen 3 guest's at 16 MiB: 3x a
  * streaming clear falling to 1.15-1.7x over 16 calls, some 5% a call,
  * more than FLAT over a block of three); a block as dear as its first
@@ -1693,7 +1708,7 @@ static int early_streaming(const struct ctx_state *s, size_t n)
 static int early_flat(const struct ctx_state *s, size_t n)
 {
     return early_pairs(s, 1, -1.0, 0.0)
-           && held_size(n, (int)(s - table[size_class(n)]))
+           && held_here(s, n)
            && s->least > FLAT * s->most && clear_gap(s) > EARLY_FACTOR;
 }
 
@@ -1709,7 +1724,7 @@ static int early_flat(const struct ctx_state *s, size_t n)
 static int early_kept(const struct ctx_state *s, size_t n)
 {
     return early_pairs(s, EARLY_PAIRS, 1.0, 0.0) && s->safe == CP_ADAPT_TEMPORAL
-           && held_size(n, (int)(s - table[size_class(n)])) && keeps_in_cache(s);
+           && held_here(s, n) && keeps_in_cache(s);
 }
 
 /* The early verdict the other way from early_kept, for a program that
@@ -1746,7 +1761,7 @@ static int early_left(const struct ctx_state *s, size_t n)
 {
     return s->left_alone && s->start == CP_ADAPT_STREAMING
            && early_pairs(s, s->pairs, -1.0, 0.0)
-           && held_size(n, (int)(s - table[size_class(n)])) && clear_gap(s) > LEFT_GAP
+           && held_here(s, n) && clear_gap(s) > LEFT_GAP
            && refill_over(&s->roles[CP_ADAPT_TEMPORAL]);
 }
 
@@ -1829,13 +1844,11 @@ static void sample(struct ctx_state *s, int role, double x, size_t n)
          * (a "mixed" one, 91 MiB on the Intel guest) would find them
          * "moved" at its next three and pay a comparison again.  The
          * watch's first samples are the role's cost as it runs. */
-        float v[WATCH], d[WATCH];
+        float v[WATCH];
         for (unsigned i = 0; i < WATCH; i++)
             v[i] = (float)s->watch[i];
         s->ref = median_of(v, WATCH);
-        for (unsigned i = 0; i < WATCH; i++)
-            d[i] = (float)fabs(s->watch[i] - s->ref);
-        double dev = median_of(d, WATCH);
+        double dev = spread_about(v, WATCH, s->ref);
         s->dev = dev > s->dev ? dev : s->dev;
         s->rebase = 0;
         return;
