@@ -404,7 +404,76 @@ def test_the_seed_is_drawn_and_printed(capsys):
     ["bench", "--programs", "--cases", "--retake", "2"],
     ["bench", "--retake", "2"],
     ["bench", "--programs", "--generated", "2", "--retake", "-1"],
+    ["bench", "--resume", "run.json"],
+    ["bench", "--programs", "--resume", "run.json", "--seed", "3"],
+    ["bench", "--programs", "--resume", "run.json", "--rounds", "3"],
+    ["bench", "--programs", "--resume", "run.json", "--json", "other.json"],
+    ["bench", "--programs", "--resume", "missing.json"],
 ])
 def test_flags_that_do_not_go_together_are_refused(argv, capsys):
     assert main(argv) == 2
     assert "error" in capsys.readouterr().err
+
+
+TINY = ["bench", "--programs", "--generated", "3", "--seed", "5", "--rounds", "1", "--quick",
+        "--quiet", "--retake", "0", "--sizes", "4K", "16K", "--target-ms", "5"]
+
+
+def _stopped_after_one(tmp_path):
+    """A tiny run's JSON as a run stopped after its first program leaves it."""
+    out = tmp_path / "run.json"
+    assert main(TINY + ["--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    whole = data["programs"]
+    data["programs"] = whole[:1]
+    del data["goals"]
+    out.write_text(json.dumps(data))
+    return out, data, whole
+
+
+def test_a_stopped_run_resumes_where_it_stopped(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
+    out, data, whole = _stopped_after_one(tmp_path)
+    ran = []
+    real = phased.run
+
+    def run(programs, *a, **kw):
+        ran.append([p.name for p in programs])
+        return real(programs, *a, **kw)
+    monkeypatch.setattr(phased, "run", run)
+    capsys.readouterr()
+    assert main(["bench", "--programs", "--resume", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "resumed: 1 programs kept" in text and "per-phase oracle" in text
+    # only the programs it had not finished ran, and the file holds all three
+    assert ran == [[p["program"]["name"] for p in whole[1:]]]
+    back = json.loads(out.read_text())
+    assert [p["program"] for p in back["programs"]] == [p["program"] for p in whole]
+    assert back["programs"][0]["times"] == data["programs"][0]["times"]
+    assert back["settings"]["resumed"][0]["kept"] == 1
+    assert back["settings"]["command"] == data["settings"]["command"]
+    assert back["goals"]["auto"]["rivals"]
+    # a finished run resumes to its verdict, running nothing
+    ran.clear()
+    assert main(["bench", "--programs", "--resume", str(out), "--quiet"]) == 0
+    assert ran == [[]] and len(json.loads(out.read_text())["programs"]) == 3
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["settings"]["code"].update(digest="0" * 16), "the code"),
+    (lambda d: d["settings"]["code"]["environment"].update(CLEARPAGES_ADAPT="0"), "the code"),
+    (lambda d: d["machine"]["cpu"].update(model=d["machine"]["cpu"]["model"] + 1), "the CPU"),
+    (lambda d: d["settings"].update(cold_pool=d["settings"]["cold_pool"] * 2), "cold pool"),
+    (lambda d: d["programs"][0]["program"]["phases"][0].update(calls=7), "does not draw"),
+    (lambda d: d["settings"].pop("drawn"), "cannot be resumed"),
+])
+def test_a_run_measured_otherwise_is_not_resumed(tmp_path, capsys, change, says):
+    pytest.importorskip("numpy")            # the program benchmark's programs use it
+    out, data, _ = _stopped_after_one(tmp_path)
+    change(data)
+    out.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["bench", "--programs", "--resume", str(out), "--quiet"]) == 2
+    assert says in capsys.readouterr().err
+    # the file is left as it was
+    assert json.loads(out.read_text()) == data

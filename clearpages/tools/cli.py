@@ -12,6 +12,7 @@ data and ``output`` renders it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -289,7 +290,7 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     if args.programs:
         return _bench_programs(args, sizes, out)
     if _phased_flags(args):
-        raise UsageError("--generated, --seed, --retake and --cases go with --programs")
+        raise UsageError("--generated, --seed, --retake, --resume and --cases go with --programs")
     if args.pool:
         return _bench_pool(args, sizes, out)
     if sizes is None:
@@ -389,9 +390,9 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
 
 def _phased_flags(args: argparse.Namespace) -> bool:
     """Whether the flags ask for the phased programs (--generated, --cases,
-    --seed, --retake)."""
+    --seed, --retake, --resume)."""
     return (args.generated is not None or args.cases or args.seed is not None
-            or args.retake is not None)
+            or args.retake is not None or args.resume is not None)
 
 
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
@@ -432,6 +433,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     if args.methods or args.plot or args.scenario != "both" or args.direct:
         raise UsageError("--generated and --cases run every candidate on whole programs; "
                          "they take no --methods, --plot, --scenario or --direct")
+    if args.resume:
+        return _bench_resumed(args, sizes, out)
     if args.seed is not None and args.generated is None:
         raise UsageError("--seed is the seed of --generated N")
     if args.retake is not None and args.generated is None:
@@ -453,7 +456,6 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     names = _phased.candidate_names(quick=args.quick)
     rounds = args.repeat or (_phased.QUICK_ROUNDS if args.quick else _phased.ROUNDS)
     retake = _phased.RETAKE_ROUNDS if args.retake is None else args.retake
-    table_out = sys.stderr if args.json == "-" else out
     command = "python -m clearpages bench --programs"
     if args.cases:
         command += " --cases"
@@ -466,34 +468,58 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         command += " --retake %d" % retake
     if args.clock != _phased.CPU:
         command += " --clock %s" % args.clock
+    settings = {"command": command, "seed": seed if args.generated else None,
+                "rounds": rounds, "retake": retake if args.generated else 0,
+                "candidates": names, "cold_pool": pool, "clock": args.clock}
+    if args.generated and not args.cases:
+        # what --resume needs to draw the same programs again and to check
+        # that it runs the same code on the same machine
+        settings["drawn"] = {"count": args.generated, "l3": l3,
+                             "sizes": list(span) if span else None,
+                             "seconds": [min(generated.SECONDS[0], top / 5), top],
+                             "quick": bool(args.quick)}
+        settings["code"] = _report.code()
+    return _run_phased(args, programs, settings, [], out)
+
+
+def _run_phased(args: argparse.Namespace, programs: list[Any], settings: dict[str, Any],
+                before: list[Any], out: TextIO) -> int:
+    """Run programs (after the results ``before``, which a resumed run kept),
+    keep the JSON as each ends, judge them all."""
+    from . import generated
+
+    names, rounds, retake = settings["candidates"], settings["rounds"], settings["retake"]
+    command = settings["command"]
+    table_out = sys.stderr if args.json == "-" else out
+    cpu = _core.cpu()
     nominal = sum(generated.estimate_s(p) for p in programs) * len(names) * rounds
     load = os.getloadavg()
     _output.say("%s; %s" % (_output.cpu_line(cpu), _output.cache_line(cpu)), table_out)
     _output.say("%s (replays this run); load average %.1f %.1f %.1f" % ((command,) + load),
                 table_out)
+    if before:
+        _output.say("resumed: %d programs kept from %s, %d to run" % (
+            len(before), args.json, len(programs)), table_out)
     _output.say("%d programs x %d candidates x %d rounds, about %s at the programs' nominal "
                 "pace (the progress line corrects it as it runs); phases timed by %s" % (
                     len(programs), len(names), rounds,
                     _output.duration(nominal * _phased.PACE_GUESS),
-                    "their thread's CPU time" if args.clock == _phased.CPU
+                    "their thread's CPU time" if settings["clock"] == _phased.CPU
                     else "the elapsed time"), table_out)
     table_out.flush()
-    settings = {"command": command, "seed": seed if args.generated else None,
-                "rounds": rounds, "retake": retake if args.generated else 0,
-                "candidates": names, "cold_pool": pool, "clock": args.clock,
-                "load_average": {"start": list(load)}}
+    settings.setdefault("load_average", {}).setdefault("start", list(load))
 
     def keep(so_far: list[_phased.ProgramResult]) -> None:
-        # a long run keeps what it measured if it is stopped
+        # a long run keeps what it measured if it is stopped (--resume goes on)
         if args.json and args.json != "-":
-            _output.dump_json(_phased.to_json(so_far, settings), args.json)
+            _output.dump_json(_phased.to_json(before + so_far, settings), args.json)
 
     progress = _output.Progress("programs", quiet=args.quiet)
     try:
-        results = _phased.run(programs, names, rounds=rounds, progress=progress, done=keep,
-                             clock=args.clock, retake=retake,
-                             doubtful=lambda r: r.program.seed is not None
-                             and _phased.doubtful(r))
+        results = before + _phased.run(
+            programs, names, rounds=rounds, progress=progress, done=keep,
+            clock=settings["clock"], retake=retake,
+            doubtful=lambda r: r.program.seed is not None and _phased.doubtful(r))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -514,6 +540,53 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         if args.json != "-":
             print("\nwrote %s" % args.json, file=table_out)
     return 0
+
+
+def _bench_resumed(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
+    """--resume FILE: go on with the generated run FILE holds, on the same
+    machine and code: the programs it finished are kept, the others run."""
+    from . import generated
+
+    if (args.generated is not None or args.cases or args.seed is not None
+            or args.retake is not None or sizes or args.repeat or args.quick or args.clock != "cpu"
+            or args.target_ms):
+        raise UsageError("--resume takes its programs, rounds and clock from the file; "
+                         "give it alone (with --quiet or --wide)")
+    if args.json not in (None, args.resume):
+        raise UsageError("--resume writes back to the file it resumes; give no --json")
+    args.json = args.resume
+    try:
+        with open(args.resume, encoding="utf-8") as f:
+            data = json.load(f)
+        settings, kept = data["settings"], _phased.from_json(data)
+    except OSError as e:
+        raise UsageError("cannot read %s: %s" % (args.resume, e.strerror or e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError("%s is not a run written by bench --programs --generated --json "
+                         "(%s)" % (args.resume, e)) from None
+    drawn = settings.get("drawn")
+    if not drawn or "code" not in settings:
+        raise UsageError("%s cannot be resumed: it was written by a version that did not "
+                         "record what it ran, or by a run with --cases" % args.resume)
+    here = {"the CPU": (data.get("machine", {}).get("cpu"), _report.machine()["cpu"]),
+            "the code (clearpages' files, thresholds, CLEARPAGES_ variables)":
+                (settings["code"], _report.code()),
+            "the cold pool": (settings.get("cold_pool"), _measure.cold_pool_size()),
+            "the candidates": (settings["candidates"],
+                               _phased.candidate_names(quick=drawn["quick"]))}
+    differ = [what for what, (then, now) in here.items() if then != now]
+    if differ:
+        raise UsageError("%s and this run differ in %s: resuming would judge two runs "
+                         "as one; start a new run instead" % (args.resume, " and ".join(differ)))
+    programs = generated.corpus(settings["seed"], drawn["count"], drawn["l3"],
+                                sizes=tuple(drawn["sizes"]) if drawn["sizes"] else None,
+                                seconds=tuple(drawn["seconds"]))
+    if [r.program for r in kept] != programs[:len(kept)]:
+        raise UsageError("%s holds programs that seed %d does not draw: it was edited, or "
+                         "written by another generator" % (args.resume, settings["seed"]))
+    settings.setdefault("resumed", []).append(
+        {"date": _report.machine()["date"], "kept": len(kept)})
+    return _run_phased(args, programs[len(kept):], settings, kept, out)
 
 
 def _bench_profile(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
@@ -705,8 +778,9 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "each timed whole with every candidate; auto judged against "
                         "numpy.fill, ctypes.memset and the best fixed choice per phase, "
                         "beside what numpy.fill timed twice scores against itself (the "
-                        "run's own noise).  About 11 s a program (15 candidates, 5 "
-                        "rounds; --quick: 10 and 4)")
+                        "run's own noise).  Most of a minute a program (14 candidates, 5 "
+                        "rounds; --quick: 10 and 4), more where the L3 is large: 200 "
+                        "programs take hours (see --resume)")
     b.add_argument("--seed", type=_seed_arg, metavar="S",
                    help="the seed --generated draws from (default: drawn at run time and "
                         "printed, so that the run can be replayed)")
@@ -715,6 +789,11 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "ctypes.memset (auto's, or numpy.fill's own twin's) is not ok after "
                         "its rounds runs K rounds more, every candidate, and is judged over "
                         "all of them (default %d; 0: none)" % _phased.RETAKE_ROUNDS)
+    b.add_argument("--resume", metavar="FILE",
+                   help="with --programs: go on with the --generated run whose --json FILE "
+                        "was being written when it stopped: the programs it finished are "
+                        "kept, the rest run (the same seed, rounds and candidates; the same "
+                        "machine and code, or it refuses), and the verdict covers them all")
     b.add_argument("--cases", action="store_true",
                    help="with --programs: the hand-written phased programs (warm, cold, "
                         "warm again at 1-16 MiB; clear then use, one buffer and a pool walk, "

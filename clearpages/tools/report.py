@@ -3,8 +3,13 @@ profiles.  ``cli`` parses arguments and prints; ``output`` renders."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import _adapt, _calibration, _core, _cpu, _dispatch, _scan, _system
@@ -52,6 +57,24 @@ FULL_SIZES = ("4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"
 def machine() -> dict[str, Any]:
     """Who measured: CPU identity, kernel, versions, date (for JSON and headers)."""
     return _system.machine(_calibration.identity(_core.cpu()))
+
+
+def code() -> dict[str, Any]:
+    """What ran, for a measurement resumed later to check it is the same:
+    the version, a digest of the package's files (its Python and its built
+    extensions), the thresholds auto decides by and the CLEARPAGES_
+    variables set."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".so") and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    from .. import __version__
+
+    th = json.loads(json.dumps(dataclasses.asdict(_core.thresholds()), default=str))
+    return {"version": __version__, "digest": h.hexdigest()[:16], "thresholds": th,
+            "environment": {k: v for k, v in sorted(os.environ.items())
+                            if k.startswith("CLEARPAGES_")}}
 
 
 def feature_status(name: str) -> str:
