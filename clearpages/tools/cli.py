@@ -391,8 +391,14 @@ def _bench_pool(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) 
 def _phased_flags(args: argparse.Namespace) -> bool:
     """Whether the flags ask for the phased programs (--generated, --cases,
     --seed, --retake, --resume)."""
+    return _drawing_flags(args) or args.resume is not None
+
+
+def _drawing_flags(args: argparse.Namespace) -> bool:
+    """Whether the flags say which programs to run (what --resume reads from
+    its file instead)."""
     return (args.generated is not None or args.cases or args.seed is not None
-            or args.retake is not None or args.resume is not None)
+            or args.retake is not None)
 
 
 def _bench_programs(args: argparse.Namespace, sizes: list[int] | None, out: TextIO) -> int:
@@ -547,8 +553,7 @@ def _bench_resumed(args: argparse.Namespace, sizes: list[int] | None, out: TextI
     machine and code: the programs it finished are kept, the others run."""
     from . import generated
 
-    if (args.generated is not None or args.cases or args.seed is not None
-            or args.retake is not None or sizes or args.repeat or args.quick or args.clock != "cpu"
+    if (_drawing_flags(args) or sizes or args.repeat or args.quick or args.clock != "cpu"
             or args.target_ms):
         raise UsageError("--resume takes its programs, rounds and clock from the file; "
                          "give it alone (with --quiet or --wide)")
@@ -568,7 +573,8 @@ def _bench_resumed(args: argparse.Namespace, sizes: list[int] | None, out: TextI
     if not drawn or "code" not in settings:
         raise UsageError("%s cannot be resumed: it was written by a version that did not "
                          "record what it ran, or by a run with --cases" % args.resume)
-    here = {"the CPU": (data.get("machine", {}).get("cpu"), _report.machine()["cpu"]),
+    now = _report.machine()
+    here = {"the CPU": (data.get("machine", {}).get("cpu"), now["cpu"]),
             "the code (clearpages' files, thresholds, CLEARPAGES_ variables)":
                 (settings["code"], _report.code()),
             "the cold pool": (settings.get("cold_pool"), _measure.cold_pool_size()),
@@ -585,7 +591,7 @@ def _bench_resumed(args: argparse.Namespace, sizes: list[int] | None, out: TextI
         raise UsageError("%s holds programs that seed %d does not draw: it was edited, or "
                          "written by another generator" % (args.resume, settings["seed"]))
     settings.setdefault("resumed", []).append(
-        {"date": _report.machine()["date"], "kept": len(kept)})
+        {"date": now["date"], "kept": len(kept)})
     return _run_phased(args, programs[len(kept):], settings, kept, out)
 
 

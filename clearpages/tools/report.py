@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import _adapt, _calibration, _core, _cpu, _dispatch, _scan, _system
+from .. import __version__, _adapt, _calibration, _core, _cpu, _dispatch, _scan, _system
 from .._routines import ALL_METHODS, ROUTINES
 from .._units import format_size
 from . import calibrate as _calibrate, measure as _measure, profile as _profile
@@ -69,8 +69,6 @@ def code() -> dict[str, Any]:
     for f in sorted(root.rglob("*")):
         if f.suffix in (".py", ".so") and "__pycache__" not in f.parts:
             h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    from .. import __version__
-
     th = json.loads(json.dumps(dataclasses.asdict(_core.thresholds()), default=str))
     return {"version": __version__, "digest": h.hexdigest()[:16], "thresholds": th,
             "environment": {k: v for k, v in sorted(os.environ.items())
