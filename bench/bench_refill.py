@@ -14,7 +14,9 @@ it stops falling (``refill_gain`` in the learner).
 
 With ``--dirty SIZE``, each round first writes SIZE of other memory (the
 L3 full of other dirty data, as a program's own work leaves it): the
-refill of a buffer near the L3's size is slower then.  The learner's
+refill of a buffer near the L3's size is slower then.  With ``--writes``,
+after each clear (untimed) the program writes into the buffer: a random
+1/64 of its 8-byte words (numpy), as a generated program's "writes" work.  The learner's
 streaming reference (what its checks compare an ordinary-store clear
 with) is printed beside the table.
 
@@ -30,6 +32,7 @@ program's, not the engine's 2 MiB-aligned mapping.
 
     python bench/bench_refill.py [--sizes 1536K 4M 8M 16M 24M] [--calls 8] [--rounds 15]
     python bench/bench_refill.py --sizes 24M 26M 28M 30M --calls 16 --dirty 256M
+    python bench/bench_refill.py --sizes 48M 64M 72M 81M 96M 127M --calls 32 --rounds 3 --writes
     python bench/bench_refill.py --sizes 26M 28M 30M --held 415 --runs 10 --dirty 256M
     python bench/bench_refill.py --sizes 16M --held 250 --runs 10 --numpy
 """
@@ -79,15 +82,30 @@ def reference() -> str:
             "buffer)" % (ref, th.streaming, fmt_size(adapt.STREAM_PROBE))) if ref else ""
 
 
-def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> str:
+def _writer(buf: Buffer) -> Callable[[], object]:
+    """Random 8-byte writes to 1/64 of buf's words (a fixed seed)."""
+    words = buf.numpy()[: buf.size // 8 * 8].view(np.uint64)
+    rng = np.random.default_rng(1)
+    count = max(1, words.size // 64)
+
+    def write() -> None:
+        words[rng.integers(0, words.size, count)] = 1
+    return write
+
+
+def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0,
+        writes: bool = False) -> str:
     th = cp.thresholds()
     temporal, streaming = th.temporal, th.streaming
     if streaming not in cp.methods():
         return "no streaming routine usable here (%s)" % streaming
+    if writes and np is None:
+        return "--writes needs numpy"
     rows = []
     for size, buf, write_other in _buffers(sizes, dirty):
         t_fn = _common.direct_fn(temporal, buf)
         s_fn = _common.direct_fn(streaming, buf)
+        after = _writer(buf) if writes else (lambda: None)
         after_s: list[list[float]] = [[] for _ in range(calls)]
         after_t: list[list[float]] = [[] for _ in range(calls)]
         for _ in range(rounds):
@@ -98,15 +116,19 @@ def run(sizes: list[int], calls: int = 8, rounds: int = 15, dirty: int = 0) -> s
                     t0 = time.perf_counter_ns()
                     fn()
                     out[k].append((time.perf_counter_ns() - t0) / size)
+                    after()
+        del after                       # it holds a view of buf
         for name, col in ((temporal + " after " + streaming, after_s),
                           (streaming + " after " + temporal, after_t)):
             med = [statistics.median(c) for c in col]
             rows.append([fmt_size(size) if col is after_s else "", name]
                         + ["%.4f" % m for m in med])
     head = ["size", "calls in a row"] + [str(k + 1) for k in range(calls)]
-    return ("ns per byte, each call of a run of %d, median of %d rounds (one buffer per size%s)"
+    return ("ns per byte, each call of a run of %d, median of %d rounds (one buffer per size%s%s)"
             "\n%s\n" % (calls, rounds, ", %s of other memory written first" % fmt_size(dirty)
-                         if dirty else "", reference())
+                         if dirty else "",
+                         ", 1/64 of its words written at random after each clear"
+                         if writes else "", reference())
             + _common.table(head, rows))
 
 
@@ -176,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--dirty", type=_common.size_arg, default=0,
                     help="other memory to write before each round or run (default 0)")
+    ap.add_argument("--writes", action="store_true",
+                    help="after each clear, write a random 1/64 of the buffer's words")
     ap.add_argument("--held", type=int, default=0, metavar="CALLS",
                     help="instead: auto on one buffer cleared CALLS times back to back")
     ap.add_argument("--runs", type=int, default=10, help="--held: runs per candidate")
@@ -189,13 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     if a.held:
         print(held(sizes, a.held, a.runs, a.dirty, a.numpy))
     else:
-        print(run(sizes, a.calls, a.rounds, a.dirty))
+        print(run(sizes, a.calls, a.rounds, a.dirty, a.writes))
     return 0
 
 
 def test_refill_quick():
     text = run([2 * MiB], calls=3, rounds=2, dirty=4 * MiB)
     assert ("2MiB" in text and "after" in text) or "no streaming routine" in text
+
+
+def test_refill_writes_quick():
+    text = run([2 * MiB], calls=3, rounds=2, writes=True)
+    assert ("2MiB" in text and "written at random" in text) or "no streaming" in text \
+        or "needs numpy" in text
 
 
 def test_held_quick():

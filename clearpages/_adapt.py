@@ -272,17 +272,17 @@ KEPT_FACTOR = 1.5
 #: 0.9 of their best there, a recent buffer of 32-69 MiB was cleared and
 #: the best was ordinary stores.  At 70 MiB the refill took 10-25 calls; at
 #: 100 MiB the buffer never came back (2.4x a streaming clear).  Measured
-#: quietly there, one buffer cleared back to back, ordinary stores after
-#: six streaming clears (three runs each, alone / with random writes and a
-#: small clear after each): back below the streaming cost in 3-5 / 3-5
-#: calls at 48 MiB, 5-9 / 5-9 at 64, 9-15 / 7-9 at 72 MiB, settling at
-#: 0.85-0.91 / 0.70-0.78 of it; at 81 MiB not within 32 calls alone (still
-#: 1.1-1.25x) and in 9-16 with the writes; at 96-127 MiB never (2.0-2.3x,
-#: 1.3-1.7x with the writes).  In the 200-program run there every phase of
-#: one held buffer of 64-72 MiB ran faster on ordinary stores (0.52-0.98
-#: of streaming), and the comparison of those above 64 MiB cost auto up
-#: to 0.6 of the phase's best and 0.73 of `numpy.fill`; from 72 to 86 MiB
-#: either role won (0.83-1.63).  So up to the largest size it keeps alone.
+#: quietly there, one buffer cleared back to back with ordinary stores
+#: after streaming (bench_refill.py, alone and with random writes after
+#: each clear), twice 45 minutes apart: back below the streaming cost
+#: within 3-6 calls at 48 MiB, 5-12 at 64, 7-24 at 72 MiB (once not in 32
+#: with the writes), settling at 0.7-0.9 of it; at 81 MiB mostly not
+#: within 32 calls; at 96-127 MiB never (1.3-2.3x).  In the 200-program
+#: run there every phase of one held buffer of 64-72 MiB ran faster on
+#: ordinary stores (0.52-0.98 of streaming, 14 phases), and the comparison
+#: of those above 64 MiB cost auto down to 0.6 of the phase's best and
+#: 0.73 of `numpy.fill`; from 72 to 86 MiB either role won (0.83-1.63).
+#: So up to the largest size it keeps alone.
 KEPT_FACTOR_SHOWN = 2.25
 #: A buffer of this many times recent_max or more is large, as one the size
 #: of the reuse window is: streaming, untimed, however recently cleared.
