@@ -16,9 +16,9 @@ With ``--dirty SIZE``, each round first writes SIZE of other memory (the
 L3 full of other dirty data, as a program's own work leaves it): the
 refill of a buffer near the L3's size is slower then.  With ``--writes``,
 after each clear (untimed) the program writes into the buffer: a random
-1/64 of its 8-byte words (numpy), as a generated program's "writes" work.  The learner's
-streaming reference (what its checks compare an ordinary-store clear
-with) is printed beside the table.
+1/64 of its 8-byte words (numpy), as a generated program's "writes" work.
+The learner's streaming reference (what its checks compare an
+ordinary-store clear with) is printed beside the table.
 
 ``--held CALLS`` measures what the learner makes of it: per size, one
 buffer cleared CALLS times back to back with ``auto`` (a fresh learner,
