@@ -1012,6 +1012,60 @@ def test_the_wait_for_a_refill_holds_among_small_clears(learner):
         assert mine[1:] == [T] * 149, seed
 
 
+def test_the_wait_for_a_refill_outlasts_one_burst_of_small_clears(learner):
+    """A buffer presumed kept, its first clear (not recent yet) streamed,
+    then another thread's loop over a small buffer: 40 clears of 64 KiB,
+    more than an eighth of it on the byte clock but hardly any of the
+    cache, all between its first two recent clears, and none after.  One
+    such call does not end the wait for its refill (REFILL_LONG): it is
+    held, never compared, in each of 5 programs."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        mine: list[int] = []
+        for i in range(150):
+            k = mine[::-1].index(S) if S in mine else len(mine)
+            x = REFILL_LONG[k] if i and k < len(REFILL_LONG) else 0.75 if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+            mine.append(prog.roles[-1])
+            if i == 1:
+                for _ in range(40):
+                    prog.step(64 * KiB, HOT + 64 * MiB, cost=WARM)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
+        assert mine[1:] == [T] * 149, seed
+
+
+# A large buffer's refill (times a streaming clear): hardly faster from call
+# to call for the first 16, then 7% less a call, below refill_gain, down to
+# 0.75 (the Intel guest's shape at 72 MiB, cleared back to back).
+REFILL_SLOW = [2.3 * 0.99 ** k for k in range(16)]
+while REFILL_SLOW[-1] > 0.75:
+    REFILL_SLOW.append(REFILL_SLOW[-1] * 0.93)
+
+
+def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
+    """A buffer presumed kept whose refill outlasts the 16 calls its checks
+    wait (REFILL_SLOW, 29 calls) and then falls 7% a call: its checks, one
+    call apart, see a buffer coming back (10% less than the dearer of the
+    two before), not one out of the cache, and it is held, never compared,
+    in each of 5 programs."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        for i in range(150):
+            k = since_streaming(prog)
+            x = REFILL_SLOW[k] if i and k < len(REFILL_SLOW) else 0.75 if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
+        assert prog.roles[1:] == [T] * 149, seed
+
+
 # A refill that starts below REFILL_FAR and takes 13 calls to come back.
 REFILL_GENTLE = [1.45, 1.4, 1.35, 1.3, 1.25, 1.2, 1.18, 1.15, 1.12, 1.1, 1.08, 1.07, 1.06]
 

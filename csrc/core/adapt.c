@@ -71,6 +71,8 @@ enum {
                                    out after its clear outside the window */
     NEAR_DIVISOR = 8,           /* ... while it is cleared again with less than this
                                    fraction of it cleared between */
+    FAR_CALLS = 2,              /* ... or with more before this many of its calls in
+                                   a row */
     PROBE_FROM = 1,             /* a held buffer on streaming before anything is
                                    known: its calls from this one on ... */
     PROBES = 3                  /* ... this many, are timed (busy_program) */
@@ -279,6 +281,8 @@ struct ctx_state {
     uint32_t check_left;        /* cached: untimed calls before the next check */
     int refilling;              /* held: check_left waits out the refill after the
                                    buffer's clear outside the window (choose) */
+    uint32_t far;               /* ... and its latest calls in a row with an eighth
+                                   of it or more cleared between (cached_call) */
     /* Under the lock: */
     uint32_t checks;            /* cached: held sizes' checks since taken as cached
                                    (written under the lock, read without) */
@@ -294,6 +298,7 @@ struct ctx_state {
                                    (HELD_MARGIN; 0: none) */
     double check_prev[2];       /* cached: the latest check's ns per byte, of sizes up
                                    to recent_max [0] and held ones [1] (0: none yet) */
+    double held_before;         /* ... and a held size's check before that one */
 };
 
 struct seen {
@@ -922,6 +927,7 @@ static int choose(size_t n, const void *addr)
             STORE(s->checks, 0);
             STORE(s->check_left, REFILL_HELD);
             STORE(s->refilling, 1);
+            STORE(s->far, 0);
         }
     }
     if (ctx && n <= LOAD(cached_most)
@@ -943,6 +949,7 @@ static int choose(size_t n, const void *addr)
         if (LOAD(r->check_left) < REFILL_HELD) {
             STORE(r->check_left, REFILL_HELD);
             STORE(r->refilling, 1);
+            STORE(r->far, 0);
         }
     }
     size_t large = LOAD(large_from);
@@ -994,11 +1001,24 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
         uint32_t left = LOAD(s->check_left);
         /* The wait for a refill holds only while the buffer is cleared
          * again with little cleared between (near): where other clears of
-         * an eighth of it or more came between, what the cache kept of it
-         * is what the checks are for. */
-        if (LOAD(s->refilling) && (!near || !left)) {
-            STORE(s->refilling, 0);
-            left = 0;
+         * an eighth of it or more came before FAR_CALLS of its calls in a
+         * row, what the cache kept of it is what the checks are for.  One
+         * such call alone is no sign: the byte clock counts every clear,
+         * and another thread's loop over a small buffer (140 clears of 0.1
+         * MiB, at most 0.1 MiB of the cache) can land all its clears
+         * between two of a 64 MiB buffer's; on the Intel guest the wait
+         * then ended at that buffer's third call, its checks found the
+         * refill (2.3x a streaming clear, flat for 6 calls) and its
+         * comparison settled on streaming: 0.88 of numpy.fill in that
+         * phase, and 0.55 in a later one that wrote to the buffer after
+         * each clear. */
+        if (LOAD(s->refilling)) {
+            uint32_t far = near ? 0 : LOAD(s->far) + 1;
+            STORE(s->far, far);
+            if (far >= FAR_CALLS || !left) {
+                STORE(s->refilling, 0);
+                left = 0;
+            }
         }
         check = !left;
         STORE(s->check_left, (check ? gap : left) - 1);
@@ -1391,7 +1411,7 @@ static void take_as_cached(struct ctx_state *s, uint64_t wait)
 {
     s->learned = CP_LEARNED_CACHED;
     s->check_hist = s->held_hist = 0;
-    s->check_prev[0] = s->check_prev[1] = 0;
+    s->check_prev[0] = s->check_prev[1] = s->held_before = 0;
     STORE(s->checks, 0);
     STORE(s->check_left, wait < UINT32_MAX ? (uint32_t)wait : UINT32_MAX);
     STORE(s->refilling, 0);
@@ -1504,6 +1524,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
                 uint32_t gap = check_gap(n);
                 take_as_cached(s, gap > REFILL_HELD ? gap : REFILL_HELD);
                 STORE(s->refilling, 1);
+                STORE(s->far, 0);
                 return;
             }
         }
@@ -1962,9 +1983,21 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
          * out of the cache, and the comparison's every temporal block paid
          * that refill again: 0.60 of memset in a phase of 76 calls.  A
          * buffer out of the cache costs its checks about the same each
-         * time. */
+         * time.  A held size's, against the dearer of its latest two
+         * checks: its first checks come one call apart, and a large buffer
+         * comes back more slowly than refill_gain a call (on the Intel
+         * guest, at 72 MiB cleared back to back, 0.081, 0.075, 0.071,
+         * 0.065, 0.060, 0.056 ns per byte on its 16th to 21st calls,
+         * 0.037 from its 26th; a streaming clear 0.041): each of
+         * those checks would count slow and hand it to a comparison,
+         * whose streaming blocks push it out again.  Two calls that cost
+         * refill_gain less, together, are a buffer coming back; a buffer
+         * out of the cache stays within its noise of the same cost. */
         double *prev = &s->check_prev[held];
-        int falling = *prev > 0 && x < (1.0 - params.refill_gain) * *prev;
+        double than = held && s->held_before > *prev ? s->held_before : *prev;
+        int falling = than > 0 && x < (1.0 - params.refill_gain) * than;
+        if (held)
+            s->held_before = *prev;
         *prev = x;
         *hist = (*hist << 1 | (x > slow && !falling)) & keep;
         if (__builtin_popcount(*hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
