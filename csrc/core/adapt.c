@@ -1007,11 +1007,9 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
          * and another thread's loop over a small buffer (140 clears of 0.1
          * MiB, at most 0.1 MiB of the cache) can land all its clears
          * between two of a 64 MiB buffer's; on the Intel guest the wait
-         * then ended at that buffer's third call, its checks found the
-         * refill (2.3x a streaming clear, flat for 6 calls) and its
-         * comparison settled on streaming: 0.88 of numpy.fill in that
-         * phase, and 0.55 in a later one that wrote to the buffer after
-         * each clear. */
+         * then ended at that buffer's third call, and its checks took the
+         * refill (2.3x a streaming clear, flat for its first 6 calls) for
+         * a buffer out of the cache and handed it to a comparison. */
         if (LOAD(s->refilling)) {
             uint32_t far = near ? 0 : LOAD(s->far) + 1;
             STORE(s->far, far);
