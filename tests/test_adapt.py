@@ -988,54 +988,55 @@ def test_a_comparison_whose_sizes_move_starts_afresh(learner):
     assert moved >= 2
 
 
+def presumed_refill(between, refill=REFILL_LONG) -> None:
+    """A buffer of 10 MiB presumed kept (kept_max 12 MiB), its first clear
+    (not recent yet) streamed, then back into the cache bit by bit
+    (refill) on ordinary stores, 0.75x a streaming clear once back;
+    between(prog, i) clears whatever comes after its call i.  It is held,
+    never compared, in each of 5 programs."""
+    n = 10 * MiB
+    for seed in range(5):
+        lib.cp_adapt_reset()
+        prog = Program(seed=seed)
+        mine: list[int] = []
+        for i in range(150):
+            k = mine[::-1].index(S) if S in mine else len(mine)
+            x = refill[k] if i and k < len(refill) else 0.75 if i else 1.0
+            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
+            mine.append(prog.roles[-1])
+            between(prog, i)
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
+        assert mine[1:] == [T] * 149, seed
+
+
 def test_the_wait_for_a_refill_holds_among_small_clears(learner):
     """A buffer presumed kept, cleared among three small ones (their clears
     between two of its adding up to less than an eighth of it), comes back
     into the cache bit by bit after its first clear, not recent yet, pushed
-    it out (REFILL_LONG): its checks wait that out, as where it is cleared
-    back to back, and it is held, never compared, in each of 5 programs."""
+    it out: its checks wait that out, as where it is cleared back to back
+    (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
-    n = 10 * MiB
-    for seed in range(5):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        mine: list[int] = []
-        for i in range(150):
-            k = mine[::-1].index(S) if S in mine else len(mine)
-            x = REFILL_LONG[k] if i and k < len(REFILL_LONG) else 0.75 if i else 1.0
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
-            mine.append(prog.roles[-1])
-            for j in range(3):
-                prog.step(64 * KiB, HOT + 64 * MiB + j * MiB, cost=WARM)
-        st = stat(n.bit_length() - 1, RECENT)
-        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
-        assert mine[1:] == [T] * 149, seed
+
+    def small(prog, i):
+        for j in range(3):
+            prog.step(64 * KiB, HOT + 64 * MiB + j * MiB, cost=WARM)
+    presumed_refill(small)
 
 
 def test_the_wait_for_a_refill_outlasts_one_burst_of_small_clears(learner):
-    """A buffer presumed kept, its first clear (not recent yet) streamed,
-    then another thread's loop over a small buffer: 40 clears of 64 KiB,
-    more than an eighth of it on the byte clock but hardly any of the
-    cache, all between its first two recent clears, and none after.  One
-    such call does not end the wait for its refill (REFILL_LONG): it is
-    held, never compared, in each of 5 programs."""
+    """A buffer presumed kept, then another thread's loop over a small
+    buffer: 40 clears of 64 KiB, more than an eighth of it on the byte
+    clock but hardly any of the cache, all between its first two recent
+    clears, and none after.  One such call does not end the wait for its
+    refill (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
-    n = 10 * MiB
-    for seed in range(5):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        mine: list[int] = []
-        for i in range(150):
-            k = mine[::-1].index(S) if S in mine else len(mine)
-            x = REFILL_LONG[k] if i and k < len(REFILL_LONG) else 0.75 if i else 1.0
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
-            mine.append(prog.roles[-1])
-            if i == 1:
-                for _ in range(40):
-                    prog.step(64 * KiB, HOT + 64 * MiB, cost=WARM)
-        st = stat(n.bit_length() - 1, RECENT)
-        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
-        assert mine[1:] == [T] * 149, seed
+
+    def burst(prog, i):
+        if i == 1:
+            for _ in range(40):
+                prog.step(64 * KiB, HOT + 64 * MiB, cost=WARM)
+    presumed_refill(burst)
 
 
 # A large buffer's refill (times a streaming clear): hardly faster from call
@@ -1051,19 +1052,9 @@ def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
     wait (REFILL_SLOW, 29 calls) and then falls 7% a call: its checks, one
     call apart, see a buffer coming back (10% less than the dearer of the
     two before), not one out of the cache, and it is held, never compared,
-    in each of 5 programs."""
+    in each of 5 programs (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
-    n = 10 * MiB
-    for seed in range(5):
-        lib.cp_adapt_reset()
-        prog = Program(seed=seed)
-        for i in range(150):
-            k = since_streaming(prog)
-            x = REFILL_SLOW[k] if i and k < len(REFILL_SLOW) else 0.75 if i else 1.0
-            prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
-        st = stat(n.bit_length() - 1, RECENT)
-        assert st.learned == lib.CP_LEARNED_CACHED and st.comparisons == 0, seed
-        assert prog.roles[1:] == [T] * 149, seed
+    presumed_refill(lambda prog, i: None, REFILL_SLOW)
 
 
 # A refill that starts below REFILL_FAR and takes 13 calls to come back.
