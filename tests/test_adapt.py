@@ -1049,7 +1049,7 @@ while REFILL_SLOW[-1] > 0.75:
 
 def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
     """A buffer presumed kept whose refill outlasts the 16 calls its checks
-    wait (REFILL_SLOW, 29 calls) and then falls 7% a call: its checks, one
+    wait (REFILL_SLOW, 30 calls) and then falls 7% a call: its checks, one
     call apart, see a buffer coming back (10% less than the dearer of the
     two before), not one out of the cache, and it is held, never compared,
     in each of 5 programs (presumed_refill)."""
