@@ -892,6 +892,15 @@ static int held_kept(size_t n, int cls)
     return n <= most && fp_small(cls) && (kept == 0 || bound);
 }
 
+/* A held buffer's next check waits `calls` of its calls for its refill
+ * (cached_call ends the wait early where much is cleared between). */
+static void await_refill(struct ctx_state *s, uint32_t calls)
+{
+    STORE(s->check_left, calls);
+    STORE(s->refilling, 1);
+    STORE(s->far, 0);
+}
+
 /* A held size presumed kept whose size no comparison has found kept (its
  * class not judged, or found not kept at a larger footprint): its checks
  * are a cached buffer's (CHECK_MARGIN), the first HELD_KEEP one call apart
@@ -925,9 +934,7 @@ static int choose(size_t n, const void *addr)
              * the refill of a buffer streaming pushed out. */
             STORE(s->held_hist, 0);
             STORE(s->checks, 0);
-            STORE(s->check_left, REFILL_HELD);
-            STORE(s->refilling, 1);
-            STORE(s->far, 0);
+            await_refill(s, REFILL_HELD);
         }
     }
     if (ctx && n <= LOAD(cached_most)
@@ -946,11 +953,8 @@ static int choose(size_t n, const void *addr)
          * for a buffer the cache does not keep (which the checks after it
          * still find). */
         struct ctx_state *r = &table[cls][1];
-        if (LOAD(r->check_left) < REFILL_HELD) {
-            STORE(r->check_left, REFILL_HELD);
-            STORE(r->refilling, 1);
-            STORE(r->far, 0);
-        }
+        if (LOAD(r->check_left) < REFILL_HELD)
+            await_refill(r, REFILL_HELD);
     }
     size_t large = LOAD(large_from);
     if (large && n >= large)
@@ -1520,9 +1524,8 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
                  * fourth call from the first, it was taken out of the
                  * cache again, and compared again, at once). */
                 uint32_t gap = check_gap(n);
-                take_as_cached(s, gap > REFILL_HELD ? gap : REFILL_HELD);
-                STORE(s->refilling, 1);
-                STORE(s->far, 0);
+                take_as_cached(s, 0);
+                await_refill(s, gap > REFILL_HELD ? gap : REFILL_HELD);
                 return;
             }
         }
