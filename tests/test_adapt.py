@@ -1057,6 +1057,45 @@ def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
     presumed_refill(lambda prog, i: None, REFILL_SLOW)
 
 
+# A large buffer's refill that creeps (times a streaming clear): 2.2% less a
+# call from 2.3 down to 0.75, 51 calls (the Intel guest's shape at 64 MiB
+# cleared back to back, written to after each clear, beside another thread).
+REFILL_CREEP = [2.3 * 0.978 ** k for k in range(52)]
+
+
+def test_a_held_buffer_that_creeps_back_is_held(learner):
+    """A buffer presumed kept whose refill falls a few percent a call for
+    51 calls (REFILL_CREEP): never 10% below either of the two checks
+    before, but 10% below its clear eight calls before.  The wait for its
+    refill goes on while its clears fall that much, and it is held, never
+    compared, in each of 5 programs (presumed_refill)."""
+    held(learner, kept_max=12 * MiB)
+    presumed_refill(lambda prog, i: None, REFILL_CREEP)
+
+
+def test_a_held_buffer_the_machine_keeps_part_of_ends_its_comparison_after_two_pairs(learner):
+    """A buffer presumed kept that the machine keeps only part of: its
+    ordinary-store clears come back to 1.4 times a streaming clear, not
+    below it, and its checks find it slow.  The program works on it after
+    each clear, a streaming clear's time after an ordinary-store one, three
+    after a streaming one (which left it out of the cache): each of the
+    comparison's first two pairs finds streaming more than DEARER (1.25x)
+    dearer to the program, and that ends it on ordinary stores, in each of
+    5 programs (not after four pairs, each paying the refill again)."""
+    held(learner, kept_max=12 * MiB)
+    n = 10 * MiB
+
+    def part(i, k):
+        return max(1.4, REFILL_SHORT[k]) if i and k < len(REFILL_SHORT) else 1.4 if i else 1.0
+    for seed in range(5):
+        prog = held_run(n, seed, 200, part, taught=False,
+                        use=(n * WARM[S], 3.0 * n * WARM[S]))
+        st = stat(n.bit_length() - 1, RECENT)
+        assert st.trigger == lib.CP_ADAPT_BY_EVICTED, seed
+        assert st.learned == lib.CP_LEARNED_TEMPORAL and st.pairs == 2, (seed, st.pairs)
+        assert prog.roles[100:].count(S) == 0, seed
+
+
 # A refill that starts below REFILL_FAR and takes 13 calls to come back.
 REFILL_GENTLE = [1.45, 1.4, 1.35, 1.3, 1.25, 1.2, 1.18, 1.15, 1.12, 1.1, 1.08, 1.07, 1.06]
 

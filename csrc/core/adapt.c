@@ -73,6 +73,10 @@ enum {
                                    fraction of it cleared between */
     FAR_CALLS = 2,              /* ... or with more before this many of its calls in
                                    a row */
+    REFILL_SPAN = 8,            /* ... and, a held size's, goes on while its latest
+                                   clear cost refill_gain less than the one this many
+                                   calls before (watch_refill) ... */
+    REFILL_MOST = 128,          /* ... up to this many calls */
     PROBE_FROM = 1,             /* a held buffer on streaming before anything is
                                    known: its calls from this one on ... */
     PROBES = 3                  /* ... this many, are timed (busy_program) */
@@ -283,6 +287,7 @@ struct ctx_state {
                                    buffer's clear outside the window (choose) */
     uint32_t far;               /* ... and its latest calls in a row with an eighth
                                    of it or more cleared between (cached_call) */
+    uint32_t watched;           /* ... and a held size's calls timed in it (watch_refill) */
     /* Under the lock: */
     uint32_t checks;            /* cached: held sizes' checks since taken as cached
                                    (written under the lock, read without) */
@@ -299,6 +304,8 @@ struct ctx_state {
     double check_prev[2];       /* cached: the latest check's ns per byte, of sizes up
                                    to recent_max [0] and held ones [1] (0: none yet) */
     double held_before;         /* ... and a held size's check before that one */
+    float refill_seen[REFILL_SPAN]; /* its latest REFILL_SPAN calls in the wait, ns per
+                                   byte, by watched % REFILL_SPAN (watch_refill) */
 };
 
 struct seen {
@@ -899,6 +906,7 @@ static void await_refill(struct ctx_state *s, uint32_t calls)
     STORE(s->check_left, calls);
     STORE(s->refilling, 1);
     STORE(s->far, 0);
+    STORE(s->watched, 0);
 }
 
 /* A held size presumed kept whose size no comparison has found kept (its
@@ -1000,7 +1008,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
          * (a 64 MiB buffer between clears of 64 MiB pool pages, 2.4x a
          * streaming clear on the Intel guest, in a phase of 50 calls). */
         gap = 1;
-    int check = 0;
+    int check = 0, watch = 0;
     if (gap) {
         uint32_t left = LOAD(s->check_left);
         /* The wait for a refill holds only while the buffer is cleared
@@ -1024,6 +1032,9 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
         }
         check = !left;
         STORE(s->check_left, (check ? gap : left) - 1);
+        /* A held size's calls in the wait are timed (watch_refill): its
+         * clears take a millisecond or more, two clock reads nothing. */
+        watch = !check && n > LOAD(recent_most) && LOAD(s->refilling);
     }
     if ((again || !LOAD(s->init)) && pthread_mutex_trylock(&lock) == 0) {
         if (!s->init) {
@@ -1031,7 +1042,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
             s->role = s->safe = s->start = role;
             s->learned = learned;
         }
-        uint32_t run = gap ? LOAD(s->check_left) : FAST_RUN;
+        uint32_t run = watch ? 0 : gap ? LOAD(s->check_left) : FAST_RUN;
         run = run < FAST_RUN ? run : FAST_RUN;
         if (again && enabled && !closing && run) {
             hand_fast(s, n, ticket | CP_ADAPT_UNTIMED, run, gap != 0);
@@ -1040,7 +1051,7 @@ static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
         }
         pthread_mutex_unlock(&lock);
     }
-    if (check)
+    if (check || watch)
         return ticket | CP_ADAPT_CHECK;
     /* Timed only to close this thread's span. */
     return closing ? ticket | CP_ADAPT_CLOSE : ticket | CP_ADAPT_UNTIMED;
@@ -1742,11 +1753,21 @@ static int early_flat(const struct ctx_state *s, size_t n)
  * into the cache after the streaming block pushed it out, 2-4 times a
  * streaming clear at first and 5-10 calls long at 8.8-13 MiB on the Zen 3
  * guest, milliseconds a pair; where two pairs found the buffer kept and
- * the program better off for it, two more would only pay that again. */
+ * the program better off for it, two more would only pay that again.  So
+ * too where the ordinary-store clears alone did not come back (only part of
+ * the buffer kept, or none), if each pair found streaming DEARER times
+ * dearer to the program, which uses what it cleared: on the Intel guest a
+ * 64 MiB buffer that two threads cleared and wrote to came back to 1.25x a
+ * streaming clear, not below it, and each of four pairs found streaming
+ * 1.29-1.77x dearer to the program (after the checks found the buffer
+ * slow); the two more pairs the verdict needed paid the refill of 15-20
+ * calls after a streaming block twice more, in a phase of 104 calls.
+ * Ordinary stores are the safe role there, what memset does. */
+#define DEARER 1.25
 static int early_kept(const struct ctx_state *s, size_t n)
 {
-    return early_pairs(s, EARLY_PAIRS, 1.0, 0.0) && s->safe == CP_ADAPT_TEMPORAL
-           && held_here(s, n) && keeps_in_cache(s);
+    return s->safe == CP_ADAPT_TEMPORAL && held_here(s, n)
+           && early_pairs(s, EARLY_PAIRS, 1.0, keeps_in_cache(s) ? 0.0 : log(DEARER));
 }
 
 /* The early verdict the other way from early_kept, for a program that
@@ -1941,6 +1962,33 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns, i
     flush_fast();               /* this thread's next band clear is timed */
 }
 
+/* A held size's clear in the wait for its refill (cached_call): the wait
+ * goes on, a call at a time, while the clear costs refill_gain less than
+ * the one REFILL_SPAN calls before, up to REFILL_MOST calls.  A large
+ * buffer comes back as slowly as it likes: on the Intel guest, two
+ * threads, one clearing a 64 MiB buffer and writing to it after each
+ * clear, the other a 4.6 KiB one, the large one's clears cost 7.8, 6.7,
+ * 6.6 ... 5.3 ms over the 16 calls of the wait, 5.1, 5.0, 4.8 ms at the
+ * three checks that found it slow (a streaming clear: 3.6 ms), and
+ * 3.3-3.5 ms once back, 20-40 calls later; the comparison those checks
+ * started paid that refill again after each of its streaming blocks, and
+ * the phase ran at 0.66-0.74 of memset's time.  A
+ * buffer out of the cache costs the same within its noise from call to
+ * call, and its wait ends after the usual 16.  The checks after the wait
+ * weigh their first against these calls (check_prev, held_before). */
+static void watch_refill(struct ctx_state *s, double x)
+{
+    uint32_t k = LOAD(s->watched);
+    float *seen = &s->refill_seen[k % REFILL_SPAN];
+    int falling = k >= REFILL_SPAN && x < (1.0 - params.refill_gain) * *seen;
+    *seen = (float)x;
+    STORE(s->watched, k + 1);
+    s->held_before = s->check_prev[1];
+    s->check_prev[1] = x;
+    if (falling && k < REFILL_MOST && LOAD(s->check_left) == 0)
+        STORE(s->check_left, 1);
+}
+
 /* A check of a cached context's clear (cached_call): ordinary stores that
  * cost more than a streaming clear does (stream_ns_per_byte) did not find
  * the buffer in the cache.  In CHECK_VOTE of its latest CHECK_KEEP checks
@@ -1958,6 +2006,11 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
     if (s->init && (s->learned == CP_LEARNED_CACHED || (held && !s->comparing))
         && !s->evicted) {
         double x = per_byte(start_ns, end_ns, n);
+        if (held && LOAD(s->refilling)) {
+            watch_refill(s, x);
+            pthread_mutex_unlock(&lock);
+            return;
+        }
         /* A held size presumed kept, no comparison of its class yet, is
          * checked as a recent buffer up to recent_max is: its ordinary-store
          * clears in the cache cost 0.9-1.1x a streaming one from call to
