@@ -7,10 +7,15 @@ them, tools/phased.py runs and judges them).
 
     python bench/bench_generated.py [--programs 200] [--seed S] [--rounds 5]
                                     [--retake 4] [--quick] [--cases] [--json FILE]
+    python bench/bench_generated.py --seed S --only I [I ...] [--rounds 5] [--quick]
 
 (the same as ``python -m clearpages bench --programs --generated N``; the
 seed is drawn at run time and printed unless given, so a run can be
-replayed).  Under pytest (``-k generated``): CLEARPAGES_BENCH_PROGRAMS
+replayed).  ``--only`` runs the programs of those indices of the seed's
+corpus, in that order, in one process, as the whole run runs them (where
+``bench/bench_ab.py --only`` runs each in a process of its own): a program
+that lost only in the whole run, after the programs before it, is replayed
+with them.  Under pytest (``-k generated``): CLEARPAGES_BENCH_PROGRAMS
 programs (default 8, quick candidates, 4 rounds) from CLEARPAGES_BENCH_SEED
 (default: drawn and printed), a program in doubt retaken as the command
 does; the goals in extra_info and in the session's summary.
@@ -41,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", action="store_true", help="the hand-written cases too")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--only", type=int, nargs="+", metavar="I",
+                    help="these programs of --seed's corpus, in this order, in one process")
     a = ap.parse_args(argv)
+    if a.only:
+        return only(a)
     args = ["bench", "--programs", "--generated", str(a.programs)]
     for flag, value in (("--seed", a.seed), ("--rounds", a.rounds), ("--retake", a.retake),
                         ("--json", a.json)):
@@ -49,6 +58,25 @@ def main(argv: list[str] | None = None) -> int:
             args += [flag, str(value)]
     args += ["--quick"] * a.quick + ["--cases"] * a.cases
     return cli_main(args)
+
+
+def only(a: argparse.Namespace) -> int:
+    """--only: some programs of a seed's corpus, judged as a run of them."""
+    if a.seed is None or a.cases or a.json:
+        print("--only replays programs of a given --seed; it takes no --cases or --json",
+              file=sys.stderr)
+        return 2
+    if not measure.have_numpy():
+        print("the programs need numpy", file=sys.stderr)
+        return 2
+    l3 = cp.cpu().last_cache or generated.DEFAULT_L3
+    programs = [generated.generate(a.seed, i, l3) for i in a.only]
+    rounds = a.rounds or (phased.QUICK_ROUNDS if a.quick else phased.ROUNDS)
+    retake = phased.RETAKE_ROUNDS if a.retake is None else a.retake
+    results = phased.run(programs, phased.candidate_names(quick=a.quick), rounds=rounds,
+                         retake=retake, doubtful=phased.doubtful)
+    phased.report_generated(results, sys.stdout)
+    return 0
 
 
 SUITE = "generated"

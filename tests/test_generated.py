@@ -477,3 +477,19 @@ def test_a_run_measured_otherwise_is_not_resumed(tmp_path, capsys, change, says)
     assert says in capsys.readouterr().err
     # the file is left as it was
     assert json.loads(out.read_text()) == data
+
+
+@pytest.mark.parametrize("extra", [[], ["--seed", "3", "--cases"], ["--seed", "3", "--json", "x.json"]])
+def test_the_replay_of_some_programs_asks_for_their_seed_alone(extra, tmp_path):
+    """bench/bench_generated.py --only I ...: programs of a given seed, in
+    one process; without --seed, or with --cases or --json, it refuses
+    (exit status 2, a line saying why) before it measures anything."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_generated.py"
+    r = subprocess.run([sys.executable, str(script), "--only", "3"] + extra,
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "--only replays programs of a given --seed" in r.stderr
