@@ -103,7 +103,8 @@ HELD = (
 _PRESUMED_CHECKS = ("its clears, timed alone now and then, cost no more than %.2fx a "
                     "streaming clear in at least %d of the latest %d (the first check "
                     "waiting out its refill after a clear outside the window, while "
-                    "little else is cleared between)"
+                    "little else is cleared between, and for as long as its clears still "
+                    "get a tenth cheaper over 8 calls)"
                     % (lib.CP_ADAPT_CHECK_MARGIN_PCT / 100, lib.CP_ADAPT_HELD_VOTE,
                        lib.CP_ADAPT_HELD_KEEP))
 PRESUMED = (
