@@ -1962,6 +1962,15 @@ static void open_span(int cls, int ctx, int role, size_t n, uint64_t start_ns, i
     flush_fast();               /* this thread's next band clear is timed */
 }
 
+/* A check's cost into its kind's history (check_prev; a held size's: and
+ * the one before, held_before), which the next check is weighed against. */
+static void note_check(struct ctx_state *s, int held, double x)
+{
+    if (held)
+        s->held_before = s->check_prev[1];
+    s->check_prev[held] = x;
+}
+
 /* A held size's clear in the wait for its refill (cached_call): the wait
  * goes on, a call at a time, while the clear costs refill_gain less than
  * the one REFILL_SPAN calls before, up to REFILL_MOST calls.  A large
@@ -1983,8 +1992,7 @@ static void watch_refill(struct ctx_state *s, double x)
     int falling = k >= REFILL_SPAN && x < (1.0 - params.refill_gain) * *seen;
     *seen = (float)x;
     STORE(s->watched, k + 1);
-    s->held_before = s->check_prev[1];
-    s->check_prev[1] = x;
+    note_check(s, 1, x);
     if (falling && k < REFILL_MOST && LOAD(s->check_left) == 0)
         STORE(s->check_left, 1);
 }
@@ -2047,12 +2055,10 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
          * whose streaming blocks push it out again.  Two calls that cost
          * refill_gain less, together, are a buffer coming back; a buffer
          * out of the cache stays within its noise of the same cost. */
-        double *prev = &s->check_prev[held];
-        double than = held && s->held_before > *prev ? s->held_before : *prev;
+        double prev = s->check_prev[held];
+        double than = held && s->held_before > prev ? s->held_before : prev;
         int falling = than > 0 && x < (1.0 - params.refill_gain) * than;
-        if (held)
-            s->held_before = *prev;
-        *prev = x;
+        note_check(s, held, x);
         *hist = (*hist << 1 | (x > slow && !falling)) & keep;
         if (__builtin_popcount(*hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
             drain_quiet(s);
