@@ -138,16 +138,19 @@ NAMED = {"nt_min": "streaming threshold", "vector_max": "vector_max", "long_min"
 
 def assert_evidence_matches(p, th):
     """Every threshold the reason names has its line of evidence, and every
-    line of evidence is for a threshold (or role's routine) the reason names."""
+    line of evidence is for a threshold (or role's routine) the reason or
+    what was learned names (plan(hot=True) of a size between hot_max_other
+    and hot_max: the buffer's history sets the tail, hot_max_other)."""
     fields = [e.split(":")[0].split(" ")[0] for e in p.evidence]
     assert len(set(fields)) == len(fields), p.evidence
     for field, words in NAMED.items():
         if re.search(r"\b%s\b" % words, p.reason):
             assert field in fields, (field, p.reason, p.evidence)
+    said = p.reason + " " + (p.learned or "")
     for field in fields:
         named = NAMED.get(field)
-        assert (named and named in p.reason) or str(getattr(th, field)) in p.reason, \
-            (field, p.reason, p.evidence)
+        assert (named and named in said) or str(getattr(th, field)) in said, \
+            (field, p.reason, p.learned, p.evidence)
 
 
 def test_synthetic_cpus_reasons_too():
