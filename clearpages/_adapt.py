@@ -234,8 +234,8 @@ def reuse_bytes(th: Thresholds) -> int:
 
 
 #: What the learner's numbers are, as multiples of the reuse window (the
-#: last-level cache): a recent buffer up to the static choice's streaming
-#: threshold, at most half the window, is in the cache without a clock
+#: last-level cache): a recent buffer up to _policy.recent_threshold, at
+#: most half the window, is in the cache without a clock
 #: (half the L3, at most 16 L2s: on the Zen 4 guest ordinary stores win a
 #: 16 MiB buffer cleared back to back, 0.22 against 0.29 ms a clear, and
 #: 2-5x where the program uses it; on a Zen 3 guest with a 32 MiB L3 they
@@ -347,8 +347,8 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
               l2: int = 0) -> None:
     """Set the learner's band from th (empty when not usable: a forced
     method) and forget all; then turn it on or off (:func:`enable`).
-    recent: the largest recent buffer taken as in the cache (the CPU's
-    static streaming threshold, _policy.static_threshold), at most half the
+    recent: the largest recent buffer taken as in the cache
+    (_policy.recent_threshold: half the L3, at most 16 L2s), at most half the
     reuse window; 0: a quarter of it.  l2: the L2's size, from which such a
     buffer's clears are checked (0: a sixteenth of recent)."""
     p = ffi.new("struct cp_adapt_params *")

@@ -83,7 +83,7 @@ class State:
         th = self.thresholds
         if forget:
             _adapt.configure(th, self.forced is None, self.adapt_active,
-                             _policy.static_threshold(self.cpu), self.cpu.l2)
+                             _policy.recent_threshold(self.cpu), self.cpu.l2)
         else:
             _adapt.enable(self.adapt_active)
         # Jobs call a streaming routine's unfenced entry for every extent and

@@ -172,17 +172,25 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: a process's first calls, and every clear the learner is not asked about:
 #: clear_many, clear_pages, threads).  It knows nothing of a buffer's
 #: history, so it takes the choice that cannot lose much against memset in
-#: either case: ordinary stores up to half the last-level cache, what a
-#: program's next reads can still find there (hot_max's measure), as memset
-#: itself uses them; streaming from there.  Streaming a warm buffer below
-#: that costs up to 2x in the clear alone and 2-5x when the program reads it
-#: next; a cold one cleared with ordinary stores costs what memset costs
-#: (2-3x streaming's clear, which adaptive auto learns).  At most
-#: NT_MIN_L2_FACTOR L2s: a last-level cache larger than that is shared by
-#: more cores than one buffer can count on (a server's, reported whole to a
-#: guest; the Zen 3 guests' 32 MiB L3 keeps no warm 16 MiB buffer).  The
-#: profiles in profiles/ replay this (tests/test_replay.py).
+#: either case: ordinary stores up to what the cache may still hold of a
+#: buffer cleared again, as memset itself uses them; streaming from there.
+#: Streaming a warm buffer below that costs up to 2.8x in the clear alone and
+#: 2-5x when the program reads it next; a cold one cleared with ordinary
+#: stores costs what memset costs (1.5-3x streaming's clear, which adaptive
+#: auto learns).  What the cache holds: a last-level cache of at most
+#: NT_MIN_WHOLE_L3 and NT_MIN_OWN_L2S L2s (a Zen 2 core complex's, 16 MiB
+#: over 512 KiB L2s) kept such a buffer up to nearly its whole size on the
+#: guest measured (8 MiB at 2.8x streaming's speed, 12 MiB at 1.6x, 14 MiB
+#: at 0.92x): ordinary stores up to the L3.  Larger ones kept half (Zen 4
+#: and Zen 5 guests, 32 MiB over 1 MiB L2s: 16 MiB at 0.93x and 1.2x
+#: streaming's speed) or less, where the L3 is shared by more cores than one
+#: buffer can count on (a server's, reported whole to a guest; the Zen 3
+#: guests' 32 MiB over 512 KiB L2s kept no 16 MiB buffer): half the L3, at
+#: most NT_MIN_L2_FACTOR L2s.  The profiles in profiles/ replay this
+#: (tests/test_replay.py).
 #: The figures: docs/results.md, "The measurements behind the code's numbers".
+NT_MIN_WHOLE_L3 = 16 * MiB
+NT_MIN_OWN_L2S = 32
 NT_MIN_L3_DIVISOR = 2
 NT_MIN_L2_FACTOR = 16
 NT_MIN_UNKNOWN = 4 * MiB
@@ -229,7 +237,8 @@ def long_rep_stosb(cpu: CPU) -> bool:
     return cpu.family < 0x19 or not any(lo <= cpu.model <= hi for lo, hi in ZEN4_MODELS)
 
 
-def _nt_min(cpu: CPU) -> tuple[int, str]:
+def _kept(cpu: CPU) -> tuple[int, str]:
+    """Half the last-level cache, at most NT_MIN_L2_FACTOR L2s, and why."""
     if not cpu.last_cache:
         return NT_MIN_UNKNOWN, ("cache sizes unknown: %s, half of an 8 MiB last-level "
                                 "cache" % format_size(NT_MIN_UNKNOWN))
@@ -246,11 +255,24 @@ def _nt_min(cpu: CPU) -> tuple[int, str]:
                   "it streaming, which wins warm as well as cold" % format_size(cpu.last_cache))
 
 
-def static_threshold(cpu: CPU) -> int:
-    """The static choice's streaming threshold for this CPU by default (half
-    the last-level cache, at most 16 L2s): below it ordinary stores, which a
-    buffer still in the cache wants (adaptive auto's "in the cache" too)."""
-    return _nt_min(cpu)[0]
+def _nt_min(cpu: CPU) -> tuple[int, str]:
+    if cpu.l3 and cpu.l2 and cpu.l3 <= min(NT_MIN_WHOLE_L3, NT_MIN_OWN_L2S * cpu.l2):
+        return cpu.l3, ("the %s L3, at most %s and %d L2s: a cache that small kept a buffer "
+                        "cleared again up to nearly its whole size, where streaming is slower "
+                        "than memset; below it ordinary stores, as memset, which lose nothing "
+                        "there; from it streaming, which wins warm as well as cold"
+                        % (format_size(cpu.l3), format_size(NT_MIN_WHOLE_L3), NT_MIN_OWN_L2S))
+    return _kept(cpu)
+
+
+def recent_threshold(cpu: CPU) -> int:
+    """The largest buffer cleared lately that adaptive auto takes as in the
+    cache without a clock: half the last-level cache, at most
+    NT_MIN_L2_FACTOR L2s.  Below the static threshold where that is the
+    whole L3: the learner checks a larger buffer's clears instead of
+    presuming it kept (a held size), and times whether the program uses
+    it."""
+    return _kept(cpu)[0]
 
 
 def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:

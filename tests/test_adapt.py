@@ -1389,9 +1389,9 @@ def configured(learner, adapt_max: int, recent: int):
 
 @pytest.mark.parametrize("recent, want", [(16 * MiB, 16 * MiB), (8 * MiB, 8 * MiB),
                                           (64 * MiB, 16 * MiB), (0, 8 * MiB)])
-def test_recent_max_is_the_static_threshold_at_most_half_the_cache(learner, recent, want):
-    """As configured: a recent buffer up to the CPU's static streaming
-    threshold (half the L3, at most 16 L2s) is taken as in the cache, never
+def test_recent_max_is_the_recent_threshold_at_most_half_the_cache(learner, recent, want):
+    """As configured: a recent buffer up to the CPU's recent threshold
+    (half the L3, at most 16 L2s) is taken as in the cache, never
     more than half the reuse window, and one up to 1.5 times that, at most
     half the window, is presumed kept; a buffer not cleared lately starts on
     streaming above a quarter of it, whatever recent_max is."""

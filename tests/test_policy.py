@@ -165,11 +165,24 @@ def test_old_cpu_policy():
     assert not _policy.usable("avx2_nt", OLD, ALL)
 
 
-def test_nt_min_is_half_the_l3_or_16_l2s():
-    for l2, l3 in ((512 * KiB, 32 * MiB), (1 * MiB, 32 * MiB), (1 * MiB, 96 * MiB),
-                   (256 * KiB, 256 * MiB), (2 * MiB, 8 * MiB)):
+def test_nt_min_is_a_small_l3_whole_else_half_the_l3_or_16_l2s():
+    """An L3 of at most 16 MiB and 32 L2s is kept nearly whole (a Zen 2
+    guest's 16 MiB over 512 KiB L2s): the streaming threshold is the L3;
+    a larger one, or one of more L2s, half of it, at most 16 L2s."""
+    for l2, l3, want in ((512 * KiB, 16 * MiB, 16 * MiB), (512 * KiB, 8 * MiB, 8 * MiB),
+                         (2 * MiB, 8 * MiB, 8 * MiB), (256 * KiB, 16 * MiB, 4 * MiB),
+                         (512 * KiB, 32 * MiB, 8 * MiB), (1 * MiB, 32 * MiB, 16 * MiB),
+                         (1 * MiB, 96 * MiB, 16 * MiB), (256 * KiB, 256 * MiB, 4 * MiB)):
         c = dataclasses.replace(ZEN3_GUEST, l2=l2, l3=l3)
-        assert _policy.default_thresholds(c, ALL).nt_min == min(l3 // 2, 16 * l2), (l2, l3)
+        th = _policy.default_thresholds(c, ALL)
+        assert th.nt_min == want, (l2, l3)
+        assert th.nt_min == (l3 if l3 <= min(16 * MiB, 32 * l2) else min(l3 // 2, 16 * l2))
+        assert plan_method(c, want - 1) == th.temporal
+        assert plan_method(c, want) == th.streaming
+    # the learner's recent threshold stays half the L3 (at most 16 L2s)
+    zen2 = dataclasses.replace(ZEN3_GUEST, l2=512 * KiB, l3=16 * MiB)
+    assert _policy.recent_threshold(zen2) == 8 * MiB
+    assert "at most 16 MiB and 32 L2s" in _policy.default_thresholds(zen2, ALL).reason("nt_min")
 
 
 def test_avx512_present_but_disabled_by_the_os():
