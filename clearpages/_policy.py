@@ -180,13 +180,13 @@ def usable(name: str, cpu: CPU, built: frozenset[str]) -> bool:
 #: auto learns).  What the cache holds: a last-level cache of at most
 #: NT_MIN_WHOLE_L3 and NT_MIN_OWN_L2S L2s (a Zen 2 core complex's, 16 MiB
 #: over 512 KiB L2s) kept such a buffer up to nearly its whole size on the
-#: guest measured (8 MiB at 2.8x streaming's speed, 12 MiB at 1.6x, 14 MiB
-#: at 0.92x): ordinary stores up to the L3.  Larger ones kept half (Zen 4
-#: and Zen 5 guests, 32 MiB over 1 MiB L2s: 16 MiB at 0.93x and 1.2x
-#: streaming's speed) or less, where the L3 is shared by more cores than one
-#: buffer can count on (a server's, reported whole to a guest; the Zen 3
-#: guests' 32 MiB over 512 KiB L2s kept no 16 MiB buffer): half the L3, at
-#: most NT_MIN_L2_FACTOR L2s.  The profiles in profiles/ replay this
+#: guest measured (warm, the clear alone: 8 MiB at 2.8x streaming's speed,
+#: 12 MiB at 1.6x, 14 MiB at 0.92x): ordinary stores up to the L3.  Larger
+#: ones kept half (Zen 4 and Zen 5 guests, 32 MiB over 1 MiB L2s: 16 MiB at
+#: 0.93x and 1.2x streaming's speed) or less, where the L3 is shared by
+#: more cores than one buffer can count on (a server's, reported whole to a
+#: guest; the Zen 3 guests' 32 MiB over 512 KiB L2s kept no 16 MiB buffer):
+#: half the L3, at most NT_MIN_L2_FACTOR L2s.  The profiles in profiles/ replay this
 #: (tests/test_replay.py).
 #: The figures: docs/results.md, "The measurements behind the code's numbers".
 NT_MIN_WHOLE_L3 = 16 * MiB
