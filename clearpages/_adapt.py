@@ -86,7 +86,8 @@ LEARNED = {
         "{large} or larger (the last-level cache, {reuse}, or {large_factor}x {recent_max}, "
         "whichever is less: a guest may be shown a cache far larger than it can count on): "
         "never all in the cache, however recently cleared (it holds the program's other data "
-        "too), and ordinary stores would keep only its tail there, so streaming, untimed"),
+        "too), and ordinary stores would keep only its tail there, so streaming, untimed"
+        "{exact}"),
 }
 
 #: LEARNED's CP_LEARNED_CACHED for a class above recent_max: held as
@@ -205,7 +206,7 @@ class Learned:
             reuse=format_size(reuse), recent_max=format_size(recent_max),
             kept_max=format_size(kept_max), large=format_size(large_min()),
             crowd=format_size(kept_max + params.recent_max),
-            large_factor=LARGE_FACTOR)
+            large_factor=LARGE_FACTOR, exact=exact_window(reuse))
 
     def start_reason(self, recent_max: int) -> str:
         """Why it runs :attr:`start` before anything is known."""
@@ -344,13 +345,16 @@ def stream_cost(name: str) -> float:
 
 
 def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
-              l2: int = 0) -> None:
+              l2: int = 0, window: bool = False) -> None:
     """Set the learner's band from th (empty when not usable: a forced
     method) and forget all; then turn it on or off (:func:`enable`).
     recent: the largest recent buffer taken as in the cache
     (_policy.recent_threshold: half the L3, at most 16 L2s), at most half the
     reuse window; 0: a quarter of it.  l2: the L2's size, from which such a
-    buffer's clears are checked (0: a sixteenth of recent)."""
+    buffer's clears are checked (0: a sixteenth of recent).  window: a
+    recent buffer of exactly the reuse window is timed, not streamed
+    untimed (_policy.keeps_whole_l3: a cache that keeps a buffer up to
+    nearly its whole size)."""
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_defaults(p)
     if usable and th.adapt_min < th.adapt_max:
@@ -369,6 +373,7 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         p.stream_ns_per_byte = stream_cost(th.streaming)
         p.check_bytes = reuse // CHECK_DIVISOR
         p.check_min = l2 or p.recent_max // 16
+        p.window_timed = int(window)
         # A call's span on its thread's CPU clock: a sleep, a wait or another
         # process's time slice is none of what a role costs the program.
         p.span_clock = lib.CP_ADAPT_SPAN_CPU
@@ -439,6 +444,18 @@ def recent_max() -> int:
     return int(_params().recent_max)
 
 
+def exact_window(reuse: int) -> str:
+    """The exception to "large": where the learner is configured so
+    (window_timed) and the window is the bound, a recent buffer of exactly
+    its size (cleared again with nothing between) is timed; words for the
+    reasons, empty elsewhere."""
+    if not _params().window_timed or large_min() != reuse:
+        return ""
+    return ("; one of exactly %s cleared again with nothing cleared between is timed "
+            "instead: the cache keeps much of it after ordinary stores, and a program that "
+            "reads it next gains by that" % format_size(reuse))
+
+
 def large_min() -> int:
     """A buffer of this size or more streams untimed, however recently
     cleared (as the learner is configured; 0: none)."""
@@ -472,12 +489,12 @@ def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
             "no larger than %s gets %s untimed (a larger one too, while its clears, timed "
             "alone now and then, cost no more than %s), one of %s or larger "
-            "gets %s untimed; any other single clear of %s-%s runs a safe routine (%s; %s for "
+            "gets %s untimed%s; any other single clear of %s-%s runs a safe routine (%s; %s for "
             "a buffer not cleared lately and larger than %s) unless timing it against the "
             "program's next clear says the other costs decisively less, and starts on %s "
             "where it is larger than %s (cleared lately: unless held as cached)"
             % (band, format_size(reuse), format_size(small), t, _HELD_MARGIN,
-               format_size(large_min()), s,
+               format_size(large_min()), s, exact_window(reuse),
                format_size(1 << size_class), format_size(2 << size_class), t, s,
                format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))
     if not got:

@@ -83,7 +83,8 @@ class State:
         th = self.thresholds
         if forget:
             _adapt.configure(th, self.forced is None, self.adapt_active,
-                             _policy.recent_threshold(self.cpu), self.cpu.l2)
+                             _policy.recent_threshold(self.cpu), self.cpu.l2,
+                             window=_policy.keeps_whole_l3(self.cpu))
         else:
             _adapt.enable(self.adapt_active)
         # Jobs call a streaming routine's unfenced entry for every extent and

@@ -255,8 +255,16 @@ def _kept(cpu: CPU) -> tuple[int, str]:
                   "it streaming, which wins warm as well as cold" % format_size(cpu.last_cache))
 
 
+def keeps_whole_l3(cpu: CPU) -> bool:
+    """Whether the L3 is small enough to keep a buffer cleared again up to
+    nearly its whole size (at most NT_MIN_WHOLE_L3 and NT_MIN_OWN_L2S L2s):
+    the static threshold is the whole L3 there, and adaptive auto times a
+    recent buffer of exactly the L3's size (the learner's window_timed)."""
+    return bool(cpu.l3 and cpu.l2 and cpu.l3 <= min(NT_MIN_WHOLE_L3, NT_MIN_OWN_L2S * cpu.l2))
+
+
 def _nt_min(cpu: CPU) -> tuple[int, str]:
-    if cpu.l3 and cpu.l2 and cpu.l3 <= min(NT_MIN_WHOLE_L3, NT_MIN_OWN_L2S * cpu.l2):
+    if keeps_whole_l3(cpu):
         return cpu.l3, ("the %s L3, at most %s and %d L2s: a cache that small kept a buffer "
                         "cleared again up to nearly its whole size, where streaming is slower "
                         "than memset; below it ordinary stores, as memset, which lose nothing "

@@ -1341,6 +1341,51 @@ def test_a_buffer_as_large_as_the_cache_streams_untimed(learner, n):
         assert stat(below.bit_length() - 1, OTHER).learned != lib.CP_LEARNED_LARGE
 
 
+#: The exact-window buffer's costs: a clear alone as on the Zen 2 guest at
+#: 16 MiB (ordinary stores 1.4x streaming's), and what the program's pass
+#: over the buffer after each clear costs where ordinary stores left much
+#: of it in the cache, or streaming none.
+WINDOW_CLEAR = (1 / 16.3, 1 / 23.0)
+
+
+@pytest.mark.parametrize("used", [False, True])
+def test_a_recent_buffer_of_exactly_the_window_is_timed(learner, used):
+    """Cleared again back to back, nothing between, a buffer of exactly
+    the reuse window is recent: the cache keeps much of it after ordinary
+    stores, which pays where the program reads it next, so it is timed as a
+    recent buffer above recent_max is, starting on streaming.  A program
+    that clears it alone keeps streaming; one that reads it after each
+    clear moves to ordinary stores.  Not cleared back to back (a walk),
+    the same size still streams untimed; nor is it timed where large_min
+    binds below the window, nor where the learner is not configured so
+    (a cache that keeps a buffer up to nearly its whole size)."""
+    learner(window_timed=1)
+    n = 32 * MiB
+    cls = n.bit_length() - 1
+    read = (n * WINDOW_CLEAR[S], 2.2 * n * WINDOW_CLEAR[S]) if used else (0.0, 0.0)
+    prog = Program(seed=11)
+    prog.loop(n, 400, cost=WINDOW_CLEAR, use=read)
+    st = stat(cls, RECENT)
+    assert prog.timed > 0 and st.start == S and st.learned != lib.CP_LEARNED_LARGE
+    assert prog.roles[1:17] == [S] * 16
+    if used:
+        assert st.role == T and st.learned == lib.CP_LEARNED_TEMPORAL
+        assert prog.share(T, 200) >= 0.9
+    else:
+        assert st.role == S and st.learned == lib.CP_LEARNED_STREAMING
+        assert prog.share(S, 200) >= 0.9
+    assert prog.spent <= prog.best * 1.12
+    timed = prog.timed
+    prog.walk(n, 100)
+    assert prog.timed == timed and stat(cls, OTHER).learned == lib.CP_LEARNED_LARGE
+    for kw in ({"large_min": 16 * MiB, "window_timed": 1}, {}):
+        learner(**kw)
+        prog = Program(seed=11)
+        prog.loop(n, 100, cost=WINDOW_CLEAR, use=read)
+        assert prog.timed == 0 and set(prog.roles) == {S}, kw
+        assert stat(cls, RECENT).learned == lib.CP_LEARNED_LARGE, kw
+
+
 @pytest.mark.parametrize("large", [0, 32 * MiB, 256 * MiB])
 def test_a_buffer_of_large_min_or_more_streams_untimed_below_the_window(learner, large):
     """large_min below the reuse window (a guest shown a far larger cache
@@ -1420,6 +1465,29 @@ def test_kept_max_is_larger_where_the_cache_reported_is_far_larger(learner, rece
     assert p.kept_max == kept
     factor = _adapt.KEPT_FACTOR_SHOWN if recent == 32 * MiB else _adapt.KEPT_FACTOR
     assert p.kept_max == int(recent * factor)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_a_recent_buffer_of_the_window_is_timed_where_configured_so(learner, window):
+    """_adapt.configure's window (a cache that keeps a buffer up to nearly
+    its whole size): a recent buffer of exactly the reuse window is timed
+    there, and plan() says so; elsewhere it streams untimed."""
+    import dataclasses
+
+    from clearpages import _adapt
+
+    learner()
+    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=128 * MiB)
+    _adapt.configure(th, True, True, 8 * MiB, window=window)
+    synthetic_spans()
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    assert p.window_timed == int(window) and p.large_min == p.reuse_bytes == 32 * MiB
+    prog = Program(seed=3)
+    prog.loop(32 * MiB, 40, cost=WINDOW_CLEAR)
+    assert (prog.timed > 0) == window
+    said = _adapt.exact_window(32 * MiB)
+    assert ("one of exactly 32 MiB cleared again" in said) == window
 
 
 def test_checks_are_configured_from_a_measured_streaming_clear(learner):

@@ -177,6 +177,8 @@ def test_nt_min_is_a_small_l3_whole_else_half_the_l3_or_16_l2s():
         th = _policy.default_thresholds(c, ALL)
         assert th.nt_min == want, (l2, l3)
         assert th.nt_min == (l3 if l3 <= min(16 * MiB, 32 * l2) else min(l3 // 2, 16 * l2))
+        # ... where adaptive auto also times a recent buffer of the L3's size
+        assert _policy.keeps_whole_l3(c) == (want == l3)
         assert plan_method(c, want - 1) == th.temporal
         assert plan_method(c, want) == th.streaming
     # the learner's recent threshold stays half the L3 (at most 16 L2s)

@@ -965,9 +965,21 @@ static int choose(size_t n, const void *addr)
             await_refill(r, REFILL_HELD);
     }
     size_t large = LOAD(large_from);
-    if (large && n >= large)
+    if (large && n >= large
+        && !(ctx && LOAD(params.window_timed) && large == LOAD(params.reuse_bytes)))
         return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
+    /* (window_timed: recent and the size of the window itself, where the
+     * window is the bound, the buffer cleared again back to back with
+     * nothing between.  A cache that keeps a buffer up to nearly its whole
+     * size keeps much of this one after ordinary stores, and whether that
+     * pays is the program's: timed, as a recent buffer above recent_max
+     * is.  On a Zen 2 guest, L3 16 MiB, ordinary stores ran a 16 MiB buffer
+     * that the program padded and summed after each clear 1.16x faster
+     * than streaming did, which clears it alone 1.4x faster.  On a Zen 4
+     * guest, L3 32 MiB, streaming was the faster in 27 of 32 phases with
+     * a 32 MiB buffer, and the comparison's ordinary-store blocks cost
+     * 1.3-2x each: not there.) */
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
@@ -984,7 +996,8 @@ static int choose(size_t n, const void *addr)
  * the reuse window (the last-level cache) or larger, or than large_min, is
  * never all in it, however recently cleared (the cache holds the program's
  * other data too), and ordinary stores would keep no more than its tail
- * there, so streaming (CP_LEARNED_LARGE).  Counted without the lock; the
+ * there, so streaming (CP_LEARNED_LARGE; but see window_timed, in
+ * choose).  Counted without the lock; the
  * lock only to note the context once and, for a buffer cleared again back
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,

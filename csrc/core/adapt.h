@@ -11,7 +11,11 @@
  * up to recent_max is in the cache, and ordinary stores keep it there for
  * the program; a buffer as large as reuse_bytes or larger never is (the
  * cache holds the program's other data too), and ordinary stores would
- * keep only its tail there, so it streams: neither needs a clock.
+ * keep only its tail there, so it streams: neither needs a clock.  (With
+ * window_timed, one of exactly reuse_bytes cleared again back to back,
+ * nothing between, is recent and timed: a cache that keeps a buffer up to
+ * nearly its whole size keeps much of this one after ordinary stores, and
+ * a program that reads it next gains by that.)
  * Everything else is timed, because what decides it is what the program
  * does after the clear: a buffer read next wants ordinary stores even
  * where streaming clears it faster.  The first rule is checked: now
@@ -182,7 +186,7 @@ enum {
     CP_LEARNED_TEMPORAL = 5,    /* the temporal role cost less (likewise) */
     CP_LEARNED_EVEN = 6,        /* no decisive difference: the safe role */
     CP_LEARNED_LARGE = 7,       /* reuse_bytes or larger: never all in the cache,
-                                   streaming, untimed */
+                                   streaming, untimed (but see window_timed) */
     /* The span clock (cp_adapt_params' span_clock). */
     CP_ADAPT_SPAN_CALLER = 0,   /* the start_ns each call hands to record_span */
     CP_ADAPT_SPAN_CPU = 1,      /* the thread's CPU time, read by the learner as it
@@ -217,7 +221,8 @@ struct cp_adapt_params {
     size_t large_min;           /* a buffer of at least this many bytes is large:
                                    streaming, untimed, however recently cleared, as one
                                    of reuse_bytes or more is (0 or above reuse_bytes:
-                                   reuse_bytes); the sizes held as cached end below it */
+                                   reuse_bytes; see window_timed); the sizes held
+                                   as cached end below it */
     size_t decide_bytes;        /* a comparison ends undecided after max(64 calls,
                                    this many bytes of its clears) */
     size_t sample_bytes;        /* settled: one timed pair of calls per this many
@@ -247,6 +252,11 @@ struct cp_adapt_params {
                                    cost this fraction less than the one before: the
                                    buffer is still coming back into the cache (at most
                                    eight; 0: two calls, as the streaming role) */
+    int window_timed;           /* 1: a recent buffer of exactly reuse_bytes (cleared
+                                   again with nothing between), where large_min does
+                                   not bind below it, is timed, not large: a machine
+                                   whose cache keeps a buffer up to nearly its whole
+                                   size (0: large, as a larger one) */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
