@@ -328,8 +328,10 @@ static struct cp_adapt_params params;
  * held_max (what choose() tests, one load). */
 static size_t band_lo, band_hi, recent_most, cached_most;
 /* large_from: the smallest large buffer (streaming, untimed): large_min,
- * at most reuse_bytes (0: none is large). */
-static size_t large_from;
+ * at most reuse_bytes (0: none is large); large_recent_from: the same for a
+ * recent buffer, which window_timed moves past the window where the
+ * window is the bound (a recent buffer of exactly reuse_bytes is timed). */
+static size_t large_from, large_recent_from;
 /* Per size class above recent_most: 1 where this machine has shown it
  * keeps its recent buffers in the cache (settle, keeps_in_cache), -1 where
  * it has shown it does not, 0 not known; and kept_bound, what that verdict
@@ -533,6 +535,19 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
     size_t large = params.large_min && params.large_min < params.reuse_bytes
                    ? params.large_min : params.reuse_bytes;
     STORE(large_from, large);
+    /* window_timed: a recent buffer the size of the window itself (cleared
+     * again back to back, nothing between) is timed, where the window is
+     * the bound.  A cache that keeps a buffer up to nearly its whole size
+     * keeps much of this one after ordinary stores, and whether that pays
+     * is the program's: timed, as a recent buffer above recent_max is.  On
+     * a Zen 2 guest, L3 16 MiB, ordinary stores ran a warm 16 MiB buffer
+     * that the program padded and summed after each clear 1.16x faster
+     * than streaming did, which clears it alone 1.4x faster.  On a Zen 4
+     * guest, L3 32 MiB, streaming was the faster in 27 of 32 phases with a
+     * 32 MiB buffer, and the comparison's ordinary-store blocks cost 1.3-2x
+     * each: not there.  (A recent buffer is never larger than the window.) */
+    STORE(large_recent_from, large && params.window_timed && large == params.reuse_bytes
+                             ? large + 1 : large);
     STORE(recent_most, params.reuse_bytes
                        ? (params.recent_max < large ? params.recent_max : large - 1) : 0);
     /* Held: only where the checks can undo it, and below the large sizes. */
@@ -964,22 +979,10 @@ static int choose(size_t n, const void *addr)
         if (LOAD(r->check_left) < REFILL_HELD)
             await_refill(r, REFILL_HELD);
     }
-    size_t large = LOAD(large_from);
-    if (large && n >= large
-        && !(ctx && LOAD(params.window_timed) && large == LOAD(params.reuse_bytes)))
+    size_t large = ctx ? LOAD(large_recent_from) : LOAD(large_from);
+    if (large && n >= large)
         return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
-    /* (window_timed: recent and the size of the window itself, where the
-     * window is the bound, the buffer cleared again back to back with
-     * nothing between.  A cache that keeps a buffer up to nearly its whole
-     * size keeps much of this one after ordinary stores, and whether that
-     * pays is the program's: timed, as a recent buffer above recent_max
-     * is.  On a Zen 2 guest, L3 16 MiB, ordinary stores ran a 16 MiB buffer
-     * that the program padded and summed after each clear 1.16x faster
-     * than streaming did, which clears it alone 1.4x faster.  On a Zen 4
-     * guest, L3 32 MiB, streaming was the faster in 27 of 32 phases with
-     * a 32 MiB buffer, and the comparison's ordinary-store blocks cost
-     * 1.3-2x each: not there.) */
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
@@ -996,8 +999,8 @@ static int choose(size_t n, const void *addr)
  * the reuse window (the last-level cache) or larger, or than large_min, is
  * never all in it, however recently cleared (the cache holds the program's
  * other data too), and ordinary stores would keep no more than its tail
- * there, so streaming (CP_LEARNED_LARGE; but see window_timed, in
- * choose).  Counted without the lock; the
+ * there, so streaming (CP_LEARNED_LARGE; but see window_timed,
+ * large_recent_from).  Counted without the lock; the
  * lock only to note the context once and, for a buffer cleared again back
  * to back, to hand its next clears to the fast slot. */
 static __attribute__((noinline)) int cached_call(size_t n, int cls, int ctx,
