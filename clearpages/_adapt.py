@@ -4,7 +4,8 @@ In the band of sizes ``Thresholds.adapt_min <= n < adapt_max`` a single
 clear with ``method="auto"`` asks the learner which store to use.  Per size
 class (powers of two) and context (a buffer cleared within the last
 last-level cache's worth of clears, or a large one whose distinct buffers
-cleared since fit in it, "recent"; or not, "other"), the learner
+cleared since fit in it, or one whose thread's own clears since fit in it,
+"recent"; or not, "other"), the learner
 runs ordinary stores for a recent buffer small enough to be in the cache,
 and streaming stores for a buffer as large as the cache or larger, untimed;
 everything else starts on a safe role and is timed by paired comparison of
@@ -51,7 +52,7 @@ START = {
 
 #: The pieces the reasons of a recent buffer taken as cached share.
 _RECENT = ("cleared within the last {reuse} of clears (each large buffer cleared since "
-           "counted once)")
+           "counted once; only its own thread's clears where that thread cleared it last)")
 #: A held buffer's checks, in the learner's own values (csrc/core/adapt.h).
 _HELD_MARGIN = "%.2fx a streaming clear" % (lib.CP_ADAPT_HELD_MARGIN_PCT / 100)
 _HELD_CHECKS = ("its clears, timed alone now and then, cost no more than %s in at least %d "

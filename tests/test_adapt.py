@@ -2051,6 +2051,102 @@ def test_reset_forgets(learner):
     assert lib.cp_adapt_stat(-1, 0, st) == 0 and lib.cp_adapt_stat(64, 0, st) == 0
 
 
+class OnThread:
+    """Runs calls on a thread of its own, one at a time, in the caller's
+    order: the learner sees two threads whose clears alternate exactly."""
+
+    def __init__(self):
+        import queue
+        self.jobs: queue.Queue = queue.Queue()
+        self.done: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while (job := self.jobs.get()) is not None:
+            try:
+                self.done.put((job(), None))
+            except Exception as e:      # pragma: no cover - raised below
+                self.done.put((None, e))
+
+    def __call__(self, fn, *args):
+        self.jobs.put(lambda: fn(*args))
+        got, err = self.done.get(timeout=60)
+        if err:
+            raise err
+        return got
+
+    def close(self):
+        self.jobs.put(None)
+        self.thread.join()
+
+
+def test_a_buffer_is_recent_by_the_bytes_its_own_thread_cleared_since(learner):
+    """Two threads each clearing a buffer of 9 MiB in turn: 18 MiB of
+    clears between two clears of each, more than a 16 MiB window, yet
+    each thread cleared only its own 9 MiB since (where the threads' caches
+    are their own, both buffers stay in them).  A buffer another thread
+    cleared last, or one this thread cleared more than the window since,
+    is judged by every thread's clears, as before; and the calls a thread
+    ran through the fast slot count as its own even where another thread
+    took the slot back."""
+    learner(reuse=16 * MiB, recent_max=4 * MiB)
+    a, b, c, x = (ffi.cast("void *", 0x7F0000000000 - k * 0x100000000) for k in range(1, 5))
+    recent = lib.cp_adapt_recent
+    ta, tb = OnThread(), OnThread()
+    try:
+        assert (ta(recent, a, 9 * MiB), tb(recent, b, 9 * MiB)) == (0, 0)
+        for _ in range(3):
+            assert (ta(recent, a, 9 * MiB), tb(recent, b, 9 * MiB)) == (1, 1)
+        # Cleared last by the other thread: every thread's bytes count.
+        ta(recent, x, 9 * MiB)
+        tb(recent, b, 9 * MiB)
+        assert tb(recent, x, 9 * MiB) == 0
+        # This thread's own bytes past the window.
+        ta(recent, a, 9 * MiB)
+        ta(recent, c, 8 * MiB)
+        assert ta(recent, a, 9 * MiB) == 0
+        # A small buffer cleared back to back on thread a (its fast slot),
+        # the slot then taken back by thread b: 8 MiB of a's own clears.
+        prog = Program()
+        ta(recent, a, 9 * MiB)
+        tb(recent, b, 9 * MiB)
+        ta(prog.loop, 1 * MiB, 8, WARM, (0.0, 0.0), HOT)
+        assert sum(untimed(t) for t in prog.tickets) >= 4    # the slot ran some
+        tb(recent, ffi.cast("void *", 0x7A0000000000), 64 * KiB)
+        assert ta(recent, a, 9 * MiB) == 0                      # 8 + 9 > 16
+        # ... and where a takes it back itself, counted exactly.
+        ta(recent, a, 6 * MiB)
+        tb(recent, b, 9 * MiB)
+        ta(prog.loop, 1 * MiB, 8, WARM, (0.0, 0.0), HOT)
+        assert ta(recent, a, 6 * MiB) == 1                      # 8 + 6 <= 16
+    finally:
+        ta.close()
+        tb.close()
+
+
+def test_two_threads_whose_buffers_the_cache_does_not_keep_leave_ordinary_stores(
+        learner):
+    """The same two threads where the cache does not keep their buffers (a
+    cache both share): each buffer recent by its own thread's bytes, held
+    as cached, but its clears cost what a cold buffer's do; the checks find
+    it out, and most calls stream."""
+    learner(reuse=16 * MiB, recent_max=4 * MiB)
+    synthetic_spans()
+    ta, tb = OnThread(), OnThread()
+    pa, pb = Program(seed=1), Program(seed=2)
+    try:
+        for _ in range(600):
+            ta(pa.step, 6 * MiB, HOT, COLD)
+            tb(pb.step, 6 * MiB, HOT - 0x100000000, COLD)
+    finally:
+        ta.close()
+        tb.close()
+    for prog in (pa, pb):
+        assert prog.share(S, 300) > 0.8
+        assert prog.spent < 1.15 * prog.best
+
+
 def test_threads_never_wait_and_never_break_it(learner):
     learner()
     errors = []

@@ -311,7 +311,9 @@ struct ctx_state {
 struct seen {
     uintptr_t addr;
     uint64_t clock;             /* byte_clock when its last clear was chosen */
-};
+    uint64_t thread;            /* the number of the thread that chose it (its own_slot's id) */
+    uint64_t own;               /* that thread's clock and lost_bytes then, added */
+} __attribute__((aligned(32)));
 
 /* A large buffer's latest clear, for the distinct bytes cleared since. */
 struct stacked {
@@ -368,6 +370,37 @@ static uint32_t rng;
 static struct ctx_state table[CP_ADAPT_CLASSES][CP_ADAPT_CONTEXTS];
 static struct seen seen[SEEN];      /* relaxed atomics: read without the lock */
 static uint64_t byte_clock;
+/* Each thread's own band clears, beside the byte clock that counts every
+ * thread's: a buffer this thread cleared last is also recent where the
+ * bytes *it* cleared since fit the window.  Two threads on the Zen 2 guest
+ * (an L3 of 16 MiB shared by both, says CPUID) each clearing a buffer of
+ * 8.5 and 9.5 MiB over and over ran both on memset at 44-52 GB/s, in the
+ * cache, and both streaming at 22: 18 MiB of clears between two of one
+ * buffer, they were "other" by the byte clock, and streamed.  Where the
+ * threads do share the cache and their buffers do not fit it together, a
+ * buffer held as cached is checked (cached_call) and found out.
+ *
+ * A thread's clock is a slot of its own, found by its thread pointer (one
+ * load, where a thread-local variable is a call into the C library here),
+ * each slot a cache line of its own: clock counts the bytes its thread
+ * chose, and the fast slot's calls it ran where it takes the slot back
+ * itself.  A thread that finds its slot another's takes it with a new
+ * number (id, never reused): the buffers the other cleared last are then
+ * judged by every thread's clears, as before (two threads that share a
+ * slot take it in turn, and neither has a clock of its own).  A thread
+ * that ends leaves its slot, clock and all, to the next one given its
+ * pointer: the two count as one thread. */
+enum { OWN_SLOTS = 64 };
+static struct own_slot {
+    uintptr_t self;             /* the thread's pointer */
+    uint64_t id, clock;
+} __attribute__((aligned(64))) owns[OWN_SLOTS];
+static uint64_t own_ids;
+/* The bytes of fast-slot calls taken back by another thread than the one
+ * the slot was handed to (fast_thread): that thread's own clock misses
+ * them, so a buffer's own count since adds all of them since, every
+ * thread's (more bytes since, never fewer). */
+static uint64_t lost_bytes, fast_thread;
 /* The latest STACK distinct large buffers cleared (stack_min or more), the
  * most recent first, and the bytes of all large clears (large_clock), under
  * stack_lock: is_recent's second opinion, by distinct bytes. */
@@ -420,6 +453,24 @@ static uint32_t spans_open;
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+/* This thread's slot of owns, taken where it was another's. */
+static struct own_slot *own_slot(void)
+{
+    uintptr_t self;
+#if defined(__x86_64__)
+    __asm__("mov %%fs:0, %0" : "=r"(self));     /* the x86-64 TLS ABI's thread pointer */
+#else
+    self = (uintptr_t)pthread_self();
+#endif
+    struct own_slot *o = &owns[(uint64_t)self * 0x9E3779B97F4A7C15ull >> 58];
+    if (LOAD(o->self) != self) {
+        STORE(o->self, self);
+        STORE(o->id, __atomic_add_fetch(&own_ids, 1, __ATOMIC_RELAXED));
+        STORE(o->clock, 0);
+    }
+    return o;
+}
 
 /* ---- parameters -------------------------------------------------------- */
 
@@ -673,7 +724,8 @@ static int stack_recent(uintptr_t a, size_t n, uint64_t before, size_t reuse,
  * mistaken "other" now and then, never a mistaken "recent").  Without the
  * lock: racing calls may lose an update, which costs one such mistake.  A
  * large buffer also counts as recent where the distinct bytes cleared since
- * its previous clear fit (stack_recent). */
+ * its previous clear fit (stack_recent), and a buffer this thread cleared
+ * last where the bytes this thread cleared since fit (own). */
 static int is_recent(const void *addr, size_t n)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -682,6 +734,9 @@ static int is_recent(const void *addr, size_t n)
     size_t reuse = LOAD(params.reuse_bytes);
     if (!reuse || !a)
         return 0;
+    struct own_slot *o = own_slot();
+    uint64_t me = LOAD(o->id), mine = LOAD(o->clock), lost = LOAD(lost_bytes);
+    STORE(o->clock, mine + n);
     struct seen *e = slot_of(a);
     int known = LOAD(e->addr) == a;
     uint64_t between = known ? before - LOAD(e->clock) : UINT64_MAX;
@@ -689,8 +744,21 @@ static int is_recent(const void *addr, size_t n)
     uint64_t fp = known ? between + n : UINT64_MAX;
     if (n >= LOAD(stack_min) && stack_recent(a, n, before, reuse, &fp))
         hit = 1;
+    if (known && LOAD(e->thread) == me && mine + lost >= LOAD(e->own)) {
+        /* Cleared last by this thread: the bytes it cleared since (and
+         * any fast-slot calls whose thread went uncounted). */
+        uint64_t since = mine + lost - LOAD(e->own);
+        if (since < between) {
+            between = since;
+            if (since + n < fp)
+                fp = since + n;
+            hit |= since + n <= reuse;
+        }
+    }
     STORE(e->addr, a);
     STORE(e->clock, now);
+    STORE(e->thread, me);
+    STORE(e->own, mine + n + lost);
     STORE(last.addr, a);
     STORE(last.n, n);
     STORE(last.ctx, hit);
@@ -743,6 +811,15 @@ static void flush_fast(void)
     struct seen *e = slot_of(a);
     if (LOAD(e->addr) == a)
         STORE(e->clock, now);
+    struct own_slot *o = own_slot();
+    if (LOAD(fast_thread) == LOAD(o->id)) {
+        uint64_t mine = LOAD(o->clock) + (uint64_t)ran * n;
+        STORE(o->clock, mine);
+        if (LOAD(e->addr) == a && LOAD(e->thread) == LOAD(o->id))
+            STORE(e->own, mine + LOAD(lost_bytes));
+    } else {
+        __atomic_fetch_add(&lost_bytes, (uint64_t)ran * n, __ATOMIC_RELAXED);
+    }
     if (n >= LOAD(stack_min)) {
         /* The same buffer again: on the large clock too, and still on top
          * (busy: counted as small clears, and its entry older, as above). */
@@ -766,6 +843,7 @@ static void hand_fast(struct ctx_state *s, size_t n, int ticket, uint32_t calls,
     uintptr_t a = LOAD(last.addr);
     flush_fast();
     fast_owner = s;
+    STORE(fast_thread, LOAD(own_slot()->id));
     STORE(fast_checked, checked);
     STORE(f->n, n);
     STORE(f->ticket, ticket | CP_ADAPT_UNTIMED);
