@@ -2051,34 +2051,13 @@ def test_reset_forgets(learner):
     assert lib.cp_adapt_stat(-1, 0, st) == 0 and lib.cp_adapt_stat(64, 0, st) == 0
 
 
-class OnThread:
-    """Runs calls on a thread of its own, one at a time, in the caller's
-    order: the learner sees two threads whose clears alternate exactly."""
-
-    def __init__(self):
-        import queue
-        self.jobs: queue.Queue = queue.Queue()
-        self.done: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while (job := self.jobs.get()) is not None:
-            try:
-                self.done.put((job(), None))
-            except Exception as e:      # pragma: no cover - raised below
-                self.done.put((None, e))
-
-    def __call__(self, fn, *args):
-        self.jobs.put(lambda: fn(*args))
-        got, err = self.done.get(timeout=60)
-        if err:
-            raise err
-        return got
-
-    def close(self):
-        self.jobs.put(None)
-        self.thread.join()
+def on_thread():
+    """A thread of its own that runs calls one at a time, in the caller's
+    order (``run(fn, *args)`` returns fn's result): two of them show the
+    learner two threads whose clears alternate exactly."""
+    from concurrent.futures import ThreadPoolExecutor
+    ex = ThreadPoolExecutor(max_workers=1)
+    return ex, lambda fn, *args: ex.submit(fn, *args).result(timeout=60)
 
 
 def test_a_buffer_is_recent_by_the_bytes_its_own_thread_cleared_since(learner):
@@ -2093,7 +2072,7 @@ def test_a_buffer_is_recent_by_the_bytes_its_own_thread_cleared_since(learner):
     learner(reuse=16 * MiB, recent_max=4 * MiB)
     a, b, c, x = (ffi.cast("void *", 0x7F0000000000 - k * 0x100000000) for k in range(1, 5))
     recent = lib.cp_adapt_recent
-    ta, tb = OnThread(), OnThread()
+    (xa, ta), (xb, tb) = on_thread(), on_thread()
     try:
         assert (ta(recent, a, 9 * MiB), tb(recent, b, 9 * MiB)) == (0, 0)
         for _ in range(3):
@@ -2121,8 +2100,8 @@ def test_a_buffer_is_recent_by_the_bytes_its_own_thread_cleared_since(learner):
         ta(prog.loop, 1 * MiB, 8, WARM, (0.0, 0.0), HOT)
         assert ta(recent, a, 6 * MiB) == 1                      # 8 + 6 <= 16
     finally:
-        ta.close()
-        tb.close()
+        xa.shutdown()
+        xb.shutdown()
 
 
 def test_two_threads_whose_buffers_the_cache_does_not_keep_leave_ordinary_stores(
@@ -2133,15 +2112,15 @@ def test_two_threads_whose_buffers_the_cache_does_not_keep_leave_ordinary_stores
     it out, and most calls stream."""
     learner(reuse=16 * MiB, recent_max=4 * MiB)
     synthetic_spans()
-    ta, tb = OnThread(), OnThread()
+    (xa, ta), (xb, tb) = on_thread(), on_thread()
     pa, pb = Program(seed=1), Program(seed=2)
     try:
         for _ in range(600):
             ta(pa.step, 6 * MiB, HOT, COLD)
             tb(pb.step, 6 * MiB, HOT - 0x100000000, COLD)
     finally:
-        ta.close()
-        tb.close()
+        xa.shutdown()
+        xb.shutdown()
     for prog in (pa, pb):
         assert prog.share(S, 300) > 0.8
         assert prog.spent < 1.15 * prog.best

@@ -812,10 +812,11 @@ static void flush_fast(void)
     if (LOAD(e->addr) == a)
         STORE(e->clock, now);
     struct own_slot *o = own_slot();
-    if (LOAD(fast_thread) == LOAD(o->id)) {
+    uint64_t me = LOAD(o->id);
+    if (LOAD(fast_thread) == me) {
         uint64_t mine = LOAD(o->clock) + (uint64_t)ran * n;
         STORE(o->clock, mine);
-        if (LOAD(e->addr) == a && LOAD(e->thread) == LOAD(o->id))
+        if (LOAD(e->addr) == a && LOAD(e->thread) == me)
             STORE(e->own, mine + LOAD(lost_bytes));
     } else {
         __atomic_fetch_add(&lost_bytes, (uint64_t)ran * n, __ATOMIC_RELAXED);
