@@ -587,7 +587,7 @@ void cp_adapt_configure(const struct cp_adapt_params *p)
                    ? params.large_min : params.reuse_bytes;
     STORE(large_from, large);
     /* window_timed: a recent buffer the size of the window itself (cleared
-     * again back to back, nothing between) is timed, where the window is
+     * again with little between: is_recent) is timed, where the window is
      * the bound.  A cache that keeps a buffer up to nearly its whole size
      * keeps much of this one after ordinary stores, and whether that pays
      * is the program's: timed, as a recent buffer above recent_max is.  On
@@ -755,6 +755,16 @@ static int is_recent(const void *addr, size_t n)
             hit |= since + n <= reuse;
         }
     }
+    /* window_timed: a buffer of exactly the window cleared again with
+     * little between (an eighth of it at most, NEAR_DIVISOR) is recent
+     * too, and timed: the cache keeps most of it after ordinary stores, as
+     * where nothing is between.  On the Zen 2 guest (L3 16 MiB) a hot 16
+     * MiB buffer between 6.6 KiB pool pages, summed after each clear,
+     * streamed untimed for those 6.6 KiB over the window, while ordinary
+     * stores ran its phase 1.32x faster. */
+    if (!hit && known && n == reuse && LOAD(large_recent_from) > reuse
+        && between <= n / NEAR_DIVISOR)
+        hit = 1;
     STORE(e->addr, a);
     STORE(e->clock, now);
     STORE(e->thread, me);

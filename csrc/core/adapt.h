@@ -12,8 +12,8 @@
  * the program; a buffer as large as reuse_bytes or larger never is (the
  * cache holds the program's other data too), and ordinary stores would
  * keep only its tail there, so it streams: neither needs a clock.  (With
- * window_timed, one of exactly reuse_bytes cleared again back to back,
- * nothing between, is recent and timed: a cache that keeps a buffer up to
+ * window_timed, one of exactly reuse_bytes cleared again with little
+ * between, an eighth of it at most, is recent and timed: a cache that keeps a buffer up to
  * nearly its whole size keeps much of this one after ordinary stores, and
  * a program that reads it next gains by that.)
  * Everything else is timed, because what decides it is what the program
@@ -252,9 +252,10 @@ struct cp_adapt_params {
                                    cost this fraction less than the one before: the
                                    buffer is still coming back into the cache (at most
                                    eight; 0: two calls, as the streaming role) */
-    int window_timed;           /* 1: a recent buffer of exactly reuse_bytes (cleared
-                                   again with nothing between), where large_min does
-                                   not bind below it, is timed, not large: a machine
+    int window_timed;           /* 1: a buffer of exactly reuse_bytes cleared again
+                                   with at most an eighth of it between (recent), where
+                                   large_min does not bind below it, is timed, not
+                                   large: a machine
                                    whose cache keeps a buffer up to nearly its whole
                                    size (0: large, as a larger one) */
 };
