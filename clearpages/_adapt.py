@@ -449,13 +449,12 @@ def exact_window(reuse: int) -> str:
     """The exception to "large": where the learner is configured so
     (window_timed) and the window is the bound, a recent buffer of exactly
     its size (cleared again with at most an eighth of it between) is timed;
-    words for the
-    reasons, empty elsewhere."""
+    words for the reasons, empty elsewhere."""
     if not _params().window_timed or large_min() != reuse:
         return ""
-    return ("; one of exactly %s cleared again with at most an eighth of it cleared between is timed "
-            "instead: the cache keeps much of it after ordinary stores, and a program that "
-            "reads it next gains by that" % format_size(reuse))
+    return ("; one of exactly %s cleared again with at most an eighth of it cleared between "
+            "is timed instead: the cache keeps much of it after ordinary stores, and a "
+            "program that reads it next gains by that" % format_size(reuse))
 
 
 def large_min() -> int:

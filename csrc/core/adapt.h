@@ -13,9 +13,9 @@
  * cache holds the program's other data too), and ordinary stores would
  * keep only its tail there, so it streams: neither needs a clock.  (With
  * window_timed, one of exactly reuse_bytes cleared again with little
- * between, an eighth of it at most, is recent and timed: a cache that keeps a buffer up to
- * nearly its whole size keeps much of this one after ordinary stores, and
- * a program that reads it next gains by that.)
+ * between, an eighth of it at most, is recent and timed: a cache that
+ * keeps a buffer up to nearly its whole size keeps much of this one after
+ * ordinary stores, and a program that reads it next gains by that.)
  * Everything else is timed, because what decides it is what the program
  * does after the clear: a buffer read next wants ordinary stores even
  * where streaming clears it faster.  The first rule is checked: now
@@ -255,9 +255,8 @@ struct cp_adapt_params {
     int window_timed;           /* 1: a buffer of exactly reuse_bytes cleared again
                                    with at most an eighth of it between (recent), where
                                    large_min does not bind below it, is timed, not
-                                   large: a machine
-                                   whose cache keeps a buffer up to nearly its whole
-                                   size (0: large, as a larger one) */
+                                   large: a machine whose cache keeps a buffer up to
+                                   nearly its whole size (0: large, as a larger one) */
 };
 
 /* What one (size class, context) has learned, for plan() and info. */
