@@ -110,14 +110,20 @@ _PRESUMED_CHECKS = ("its clears, timed alone now and then, cost no more than %.2
                     % (lib.CP_ADAPT_CHECK_MARGIN_PCT / 100, lib.CP_ADAPT_HELD_VOTE,
                        lib.CP_ADAPT_HELD_KEEP))
 PRESUMED = (
-    _RECENT + " and no larger than {kept_max}: near the static threshold, {recent_max}, "
-    "the cache keeps such a buffer about as often as not, and ordinary stores lose little "
-    "where it does not, so they run untimed while " + _PRESUMED_CHECKS + ", and while "
+    _RECENT + " and no larger than {kept_max}: {kept_why}, and ordinary stores lose "
+    "little where it does not, so they run untimed while " + _PRESUMED_CHECKS + ", and while "
     "no more than %d of its size class's latest %d recent calls came with more than "
     "{crowd} cleared since the buffer's previous clear, its own size included (3 "
     "checks that find it slower hand it to a comparison, and one that finds it not kept "
     "among such calls ends this for its size)" % (lib.CP_ADAPT_FP_VOTE,
                                                   lib.CP_ADAPT_FP_CALLS))
+
+#: PRESUMED's kept_why: near recent_max, or (window) up to three quarters of
+#: a cache that keeps a buffer up to nearly its whole size.
+KEPT_NEAR = ("near the static threshold, {recent_max}, the cache keeps such a buffer "
+             "about as often as not")
+KEPT_WHOLE = ("the {reuse} last-level cache keeps a buffer cleared again up to nearly its "
+              "whole size, and such a buffer, up to three quarters of it, mostly")
 
 FP_VOTE = lib.CP_ADAPT_FP_VOTE
 
@@ -201,7 +207,8 @@ class Learned:
         elif (not held and self.context == lib.CP_ADAPT_RECENT and self.crowded > FP_VOTE
               and (1 << self.size_class) < kept_max and (2 << self.size_class) > recent_max):
             text += "; " + CROWDED % self.crowded
-        return text.format(
+        kept_why = KEPT_WHOLE if params.window_timed else KEPT_NEAR
+        return text.replace("{kept_why}", kept_why).format(
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
             reuse=format_size(reuse), recent_max=format_size(recent_max),
@@ -263,6 +270,10 @@ RECENT_MAX_DIVISOR = 2
 #: the refill after its first clear), and comparing
 #: costs such a buffer a refill of several milliseconds per pair.
 KEPT_FACTOR = 1.5
+#: ... at most half the window, or this fraction of it where the cache
+#: keeps a buffer up to nearly its whole size (window, :func:`configure`):
+#: there recent_max, half the L3, is well below what it keeps.
+KEPT_WHOLE_NUM, KEPT_WHOLE_DEN = 3, 4
 #: ... and up to this many times it where the last-level cache reported is
 #: more than LARGE_FACTOR times recent_max (a guest shown the host's whole
 #: cache, whose static threshold comes from the CPU model): the Intel guest
@@ -367,7 +378,8 @@ def configure(th: Thresholds, usable: bool, enabled: bool, recent: int = 0,
         p.held_max = reuse - 1
         p.large_min = min(reuse, LARGE_FACTOR * p.recent_max)
         kept = KEPT_FACTOR if p.large_min == reuse else KEPT_FACTOR_SHOWN
-        p.kept_max = min(int(p.recent_max * kept), half)
+        top = reuse * KEPT_WHOLE_NUM // KEPT_WHOLE_DEN if window else half
+        p.kept_max = min(int(p.recent_max * kept), top)
         p.decide_bytes = DECIDE_FACTOR * reuse
         p.sample_bytes = reuse // SAMPLE_DIVISOR
         p.recheck_bytes = RECHECK_FACTOR * reuse

@@ -1445,17 +1445,17 @@ def test_a_buffer_of_large_min_or_more_streams_untimed_below_the_window(learner,
     assert stat((24 * MiB).bit_length() - 1, RECENT).learned != lib.CP_LEARNED_LARGE
 
 
-def configured(learner, adapt_max: int, recent: int):
+def configured(learner, adapt_max: int, recent: int, window: bool = False):
     """The learner as _adapt.configure sets it for a band of 16 KiB to
-    adapt_max (the reuse window a quarter of it) and the static threshold
-    recent; its parameters."""
+    adapt_max (the reuse window a quarter of it), the static threshold
+    recent and window; its parameters."""
     import dataclasses
 
     from clearpages import _adapt
 
     learner()
     th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=adapt_max)
-    _adapt.configure(th, True, True, recent)
+    _adapt.configure(th, True, True, recent, window=window)
     p = ffi.new("struct cp_adapt_params *")
     lib.cp_adapt_params(p)
     return p
@@ -1494,6 +1494,38 @@ def test_kept_max_is_larger_where_the_cache_reported_is_far_larger(learner, rece
     assert p.kept_max == kept
     factor = _adapt.KEPT_FACTOR_SHOWN if recent == 32 * MiB else _adapt.KEPT_FACTOR
     assert p.kept_max == int(recent * factor)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_a_cache_that_keeps_nearly_its_whole_size_presumes_three_quarters_kept(learner, window):
+    """Where recent_max is already half the window, nothing above it is
+    presumed kept, unless the cache keeps a buffer up to nearly its whole
+    size (window): there a recent buffer up to three quarters of the window
+    is held as cached from its first recent call, and plan()'s reason says
+    why; a larger one still starts on streaming and is compared."""
+    from clearpages import _adapt
+
+    p = configured(learner, 128 * MiB, 16 * MiB, window)
+    assert p.reuse_bytes == 32 * MiB and p.recent_max == 16 * MiB
+    assert p.kept_max == (24 * MiB if window else 16 * MiB)
+    p.stream_ns_per_byte = WARM[S]              # the checks' reference: this test's
+    p.span_clock = lib.CP_ADAPT_SPAN_CALLER
+    lib.cp_adapt_configure(p)
+    n = 20 * MiB
+    prog = Program(seed=4)
+    prog.loop(n, 40, cost=WARM)
+    if window:
+        assert prog.roles[1:] == [T] * 39
+    else:
+        assert prog.roles[1:17] == [S] * 16
+    said = [x.sentence(32 * MiB, 16 * MiB) for x in _adapt.learned(n.bit_length() - 1)
+            if x.context == RECENT]
+    assert len(said) == 1
+    assert ("no larger than 24 MiB: the 32 MiB last-level cache keeps" in said[0]) == window
+    lib.cp_adapt_reset()
+    prog = Program(seed=5)
+    prog.loop(28 * MiB, 40, cost=WARM)          # above three quarters: compared
+    assert S in prog.roles[1:17] and prog.timed > 0
 
 
 @pytest.mark.parametrize("window", [False, True])

@@ -38,7 +38,9 @@
  * the machine's, and its neighbours'.  A class found kept holds sizes up
  * to a quarter above the one its comparison ran on (the class spans a
  * factor of two).  Up to kept_max (sizes near recent_max, kept about as
- * often as not) it is held so from its first recent call, presumed kept,
+ * often as not; or, where the cache keeps a buffer up to nearly its whole
+ * size, up to three quarters of it) it is held so from its first recent
+ * call, presumed kept,
  * its checks slow only above 1.25x a streaming clear (as those of a
  * buffer up to recent_max) and its first five one call apart, while at
  * most 2 of its class's latest 8 recent calls had a footprint (the size
@@ -215,7 +217,9 @@ struct cp_adapt_params {
     size_t kept_max;            /* ... and one of at most this many (up to held_max)
                                    from its first recent call, unless a comparison
                                    found its size class not kept: near recent_max a
-                                   buffer is as likely kept as not, and ordinary
+                                   buffer is as likely kept as not (and up to three
+                                   quarters of a cache that keeps one up to nearly its
+                                   whole size, more likely), and ordinary
                                    stores, as memset, lose little where it is not,
                                    until its checks find it out (0: none) */
     size_t large_min;           /* a buffer of at least this many bytes is large:
