@@ -123,7 +123,7 @@ PRESUMED = (
 KEPT_NEAR = ("near the static threshold, {recent_max}, the cache keeps such a buffer "
              "about as often as not")
 KEPT_WHOLE = ("the {reuse} last-level cache keeps a buffer cleared again up to nearly its "
-              "whole size, and such a buffer, up to three quarters of it, mostly")
+              "whole size, and one up to three quarters of it most of the time")
 
 FP_VOTE = lib.CP_ADAPT_FP_VOTE
 
