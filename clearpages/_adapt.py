@@ -207,11 +207,12 @@ class Learned:
         elif (not held and self.context == lib.CP_ADAPT_RECENT and self.crowded > FP_VOTE
               and (1 << self.size_class) < kept_max and (2 << self.size_class) > recent_max):
             text += "; " + CROWDED % self.crowded
-        kept_why = KEPT_WHOLE if params.window_timed else KEPT_NEAR
-        return text.replace("{kept_why}", kept_why).format(
+        sizes = {"reuse": format_size(reuse), "recent_max": format_size(recent_max)}
+        kept_why = (KEPT_WHOLE if params.window_timed else KEPT_NEAR).format(**sizes)
+        return text.format(
             safe=SAFE[self.safe], start=self.start_reason(recent_max), pairs=self.pairs,
             wins=self.wins, losses=self.pairs - self.wins, ratio=self.ratio,
-            reuse=format_size(reuse), recent_max=format_size(recent_max),
+            kept_why=kept_why, **sizes,
             kept_max=format_size(kept_max), large=format_size(large_min()),
             crowd=format_size(kept_max + params.recent_max),
             large_factor=LARGE_FACTOR, exact=exact_window(reuse))
