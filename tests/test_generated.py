@@ -479,7 +479,8 @@ def test_a_run_measured_otherwise_is_not_resumed(tmp_path, capsys, change, says)
     assert json.loads(out.read_text()) == data
 
 
-@pytest.mark.parametrize("extra", [[], ["--seed", "3", "--cases"], ["--seed", "3", "--json", "x.json"]])
+@pytest.mark.parametrize("extra", [[], ["--seed", "3", "--cases"],
+                                   ["--seed", "3", "--json", "x.json"]])
 def test_the_replay_of_some_programs_asks_for_their_seed_alone(extra, tmp_path):
     """bench/bench_generated.py --only I ...: programs of a given seed, in
     one process; without --seed, or with --cases or --json, it refuses
