@@ -63,6 +63,7 @@ class _Lib:
     CP_POLICY_NONE: int
     CP_POLICY_THREADS_AUTO: int
     CP_POLICY_MIN_UNIT: int
+    CP_POLICY_PIECE_FINE: int
     CP_POLICY_HOT_NONE: int
     CP_POLICY_HOT_RANGE: int
     CP_POLICY_HOT_ALL: int
@@ -78,6 +79,7 @@ class _Lib:
     CP_WHY_TEMPORAL: int
     CP_WHY_NOT_SOON: int
     CP_WHY_HOT: int
+    CP_WHY_SMALL_PIECES: int
     CP_HOT_PART_NONE: int
     CP_HOT_PART_RANGE: int
     CP_HOT_PART_WHOLE: int
@@ -86,6 +88,7 @@ class _Lib:
     CP_THREADS_GIVEN: int
     CP_THREADS_ONE: int
     CP_THREADS_BY_SIZE: int
+    CP_THREADS_SMALL_PIECES: int
     CP_LEARNER_ASKED: int
     CP_LEARNER_METHOD: int
     CP_LEARNER_HINT: int

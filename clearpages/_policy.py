@@ -60,6 +60,11 @@ NEVER = 1 << 62
 #: clear; below it a clear of untouched memory costs little either way.
 UNTOUCHED_MIN = 16 * MiB
 
+#: Pieces shorter than this on average (a strided view of small elements,
+#: many short buffers) are cleared one by one as they come, on the calling
+#: thread, not as a job (csrc/core/policy.c states the rule; run.c runs it).
+PIECE_FINE = int(lib.CP_POLICY_PIECE_FINE)
+
 Threads = Union[int, str]
 
 
@@ -560,6 +565,10 @@ ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
         "hot=True says all of it is used next, so {hot_method} clears all {size} with "
         "ordinary stores that leave it in the cache for the program's next reads, as it is "
         "at most the {hot_max} hot_max", ()),
+    lib.CP_WHY_SMALL_PIECES: (
+        "{what} is under {piece_fine} a piece on average, so libc, the C library's memset, "
+        "clears the pieces one by one as they come: each piece costs a routine's start, and "
+        "a streaming store of part of a cache line costs more than it saves", ()),
     (lib.CP_WHY_HOT, lib.CP_HOT_PART_TAIL): (_TAIL % "hot_max", ()),
     (lib.CP_WHY_HOT, lib.CP_HOT_PART_OTHER): (_TAIL % "hot_max_other", ()),
 }
@@ -579,6 +588,7 @@ THREADS_REASONS: dict[int, tuple[str, tuple[str, ...]]] = {
     lib.CP_THREADS_ONE: ("", ()),
     lib.CP_THREADS_BY_SIZE: (", on {threads} threads from the thread_min of {thread_min}",
                              ("thread_min",)),
+    lib.CP_THREADS_SMALL_PIECES: (", on the calling thread", ()),
 }
 
 #: Whether the pages never touched are looked for (``untouched_why``).
@@ -614,12 +624,14 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
         "method": d.method, "hot_method": d.hot_method, "forced": forced,
         "threads": d.threads, "a_piece": " a piece" if count > 1 else "",
         "work": size(rest), "untouched_min": size(UNTOUCHED_MIN),
+        "piece_fine": size(PIECE_FINE),
     }
     figures.update((f, size(getattr(th, f))) for f in (
         "nt_min", "vector_max", "long_min", "thread_min", "hot_max"))
     sentence, fields = ROUTE_REASONS.get((d.why, d.hot_why)) or ROUTE_REASONS[d.why]
     more, thread_fields = THREADS_REASONS[d.threads_why]
-    reason = sentence + (", chosen from the total as one piece of work" if count > 1 else "")
+    reason = sentence + (", chosen from the total as one piece of work"
+                         if count > 1 and d.why != lib.CP_WHY_SMALL_PIECES else "")
     reason = (reason + more).format(**figures)
     method, threads = d.method, d.threads
     if d.why == lib.CP_WHY_HOT and d.hot_why == lib.CP_HOT_PART_WHOLE:

@@ -344,20 +344,26 @@ def _routine_by_rule(th, forced, n, count, threads):
     """The routing rule, stated here apart from csrc/core/policy.c so that a
     change to either shows: a forced routine always; streaming from nt_min
     in all (the long routine for pieces of long_min on one thread); memset
-    below vector_max a piece; the temporal routine between."""
+    below vector_max a piece; the temporal routine between; memset for
+    pieces under PIECE_FINE on average, whatever their total."""
     if forced is not None:
         return forced
+    if count > 1 and n // count < _policy.PIECE_FINE:
+        return "libc"
     if n >= th.nt_min:
         return th.long if th.long and threads == 1 and n // count >= th.long_min \
             else th.streaming
     return "libc" if n // count < th.vector_max else th.temporal
 
 
-def _threads_by_rule(th, cores, n, threads):
+def _threads_by_rule(th, cores, n, threads, count=1):
     """threads="auto": one below thread_min, then one per half of it, up to
-    the cap (max_threads, the CPUs, a job's 256)."""
+    the cap (max_threads, the CPUs, a job's 256); one for pieces under
+    PIECE_FINE on average."""
     if threads != "auto":
         return threads
+    if count > 1 and n // count < _policy.PIECE_FINE:
+        return 1
     cap = min(th.max_threads or cores, cores, _fast.MAX_THREADS)
     return 1 if cap <= 1 or n < th.thread_min else min(n // (th.thread_min // 2), cap)
 
@@ -385,7 +391,7 @@ def test_plan_follows_the_rules(config, env):
         for count in (1, 3, 4096):
             for threads in (1, 2, 7, "auto"):
                 p = cp.plan(n, count=count, threads=threads)
-                want = _threads_by_rule(th, st.cpu.cores, n, threads)
+                want = _threads_by_rule(th, st.cpu.cores, n, threads, count)
                 assert p.threads == want, (n, count, threads, p)
                 assert p.method == _routine_by_rule(th, st.forced, n, count, want), \
                     (n, count, threads, p)

@@ -16,7 +16,13 @@ static int is_temporal(const struct cp_policy *p, int routine)
  * and the rule that chose it (*why): streaming at or above nt_min (all
  * pieces together; the long routine instead for pieces of long_min or more
  * on one thread), memset below vector_max a piece, the temporal routine
- * between; a forced one always. */
+ * between; memset for pieces under CP_POLICY_PIECE_FINE on average, whatever
+ * their total; a forced one always. */
+static int small_pieces(size_t nbytes, size_t count)
+{
+    return count > 1 && nbytes / count < CP_POLICY_PIECE_FINE;
+}
+
 static int route(const struct cp_policy *p, size_t nbytes, size_t count, int threads,
                  int *why)
 {
@@ -25,7 +31,12 @@ static int route(const struct cp_policy *p, size_t nbytes, size_t count, int thr
         *why = CP_WHY_FORCED;
         return p->forced;
     }
-    if (nbytes >= p->nt_min) {
+    if (small_pieces(nbytes, count)) {
+        /* Each piece costs a routine's start; a streaming store of part of
+         * a cache line costs more than it saves. */
+        r = p->memset;
+        *why = CP_WHY_SMALL_PIECES;
+    } else if (nbytes >= p->nt_min) {
         int long_ = p->long_routine >= 0 && threads == 1 && nbytes / count >= p->long_min;
         r = long_ ? p->long_routine : p->streaming;
         *why = long_ ? CP_WHY_LONG : CP_WHY_STREAMING;
@@ -184,6 +195,10 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         untouched_for(p, cold, out);
     } else {
         out->threads = threads_for(p, nbytes, threads, &out->threads_why);
+        if (threads == CP_POLICY_THREADS_AUTO && small_pieces(nbytes, count)) {
+            out->threads = 1;           /* cleared as they come, on the calling thread */
+            out->threads_why = CP_THREADS_SMALL_PIECES;
+        }
         if (method == CP_POLICY_AUTO) {
             out->routine = route(p, nbytes, count, out->threads, &out->why);
         } else {

@@ -27,6 +27,9 @@ enum {
     CP_POLICY_NONE = -1,        /* no such routine (forced, long, hot) */
     CP_POLICY_THREADS_AUTO = 0, /* threads: "auto" */
     CP_POLICY_MIN_UNIT = 4096,  /* the smallest unit of work: a page */
+    CP_POLICY_PIECE_FINE = 512,  /* pieces shorter on average are cleared one by
+                                   one as they come, on one thread (a strided
+                                   view of small elements) */
     /* hot: what the program said of the buffer */
     CP_POLICY_HOT_NONE = 0,     /* nothing: auto */
     CP_POLICY_HOT_RANGE = 1,    /* hot=(start, stop): hot_nbytes cleared last, hot */
@@ -74,6 +77,8 @@ enum {
     CP_WHY_NOT_SOON,            /* hot=False: the streaming routine over all of it */
     CP_WHY_HOT,                 /* a hot part: the rest streams, the hot part is
                                    cleared last with ordinary stores */
+    CP_WHY_SMALL_PIECES,        /* pieces under CP_POLICY_PIECE_FINE on average:
+                                   memset, one by one as they come */
     /* hot_why: how long the hot part is */
     CP_HOT_PART_NONE = 0,       /* no hot part */
     CP_HOT_PART_RANGE = 1,      /* hot=(start, stop): the program's range */
@@ -85,6 +90,7 @@ enum {
     CP_THREADS_GIVEN = 0,       /* the caller's number */
     CP_THREADS_ONE = 1,         /* "auto": one (below thread_min, or one CPU) */
     CP_THREADS_BY_SIZE,         /* "auto": one per half thread_min, up to the cap */
+    CP_THREADS_SMALL_PIECES,    /* "auto": one, the pieces being small */
     /* adapt_why: whether the learner is asked, and if not, why */
     CP_LEARNER_ASKED = 1,       /* adaptive: it chooses a role, the clear is timed */
     CP_LEARNER_METHOD,          /* a routine was named */

@@ -464,9 +464,23 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
                      Py_TYPE(obj)->tp_name, (int)t->ndim);
         return -1;
     }
-    struct strided_extents r;
-    switch (strided_extents(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
-                            (int64_t)v->itemsize, v->itemsize, &r)) {
+    struct strided_layout *s;
+    uint64_t len, count;
+    int status = strided_layout_new(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
+                                    (int64_t)v->itemsize, v->itemsize, &s, &len, &count);
+    struct strided_extents r = {0};
+    if (status == STRIDED_OK && clear_is_fine((size_t)len, (size_t)count, 1)) {
+        /* Small extents: listed only if a caller asks (dlpack_list_extents). */
+        v->base = NULL;
+        v->len = (size_t)len;
+        v->nextents = (size_t)count;
+        v->layout = s;
+        return 0;
+    }
+    if (status == STRIDED_OK)
+        status = strided_layout_extents(s, &r);
+    strided_layout_free(s);
+    switch (status) {
     case STRIDED_OK:
         break;
     case STRIDED_NEGATIVE:
@@ -515,6 +529,7 @@ static inline void dlpack_view_init(struct dlpack_view *v)
     v->addrs = NULL;
     v->lens = NULL;
     v->nextents = 0;
+    v->layout = NULL;
 }
 
 /* reading: for is_zero, which writes nothing, so a read-only tensor, a
@@ -704,6 +719,8 @@ int dlpack_written(struct dlpack_view *v, int done)
 
 void dlpack_release(struct dlpack_view *v)
 {
+    strided_layout_free(v->layout);
+    v->layout = NULL;
     if (!v->capsule && !v->addrs && !v->lens) {     /* read without an export */
         Py_CLEAR(v->bump);
         Py_CLEAR(v->zero);
@@ -726,4 +743,25 @@ void dlpack_release(struct dlpack_view *v)
     PyMem_Free(v->lens);
     v->addrs = NULL;
     v->lens = NULL;
+}
+
+int dlpack_list_extents(struct dlpack_view *v)
+{
+    if (!v->layout)
+        return 0;
+    struct strided_extents r;
+    int status = strided_layout_extents(v->layout, &r);
+    strided_layout_free(v->layout);
+    v->layout = NULL;
+    if (status < 0) {
+        v->nextents = 0;
+        v->len = 0;
+        return buffer_layout_error("", status);
+    }
+    v->base = r.base;
+    v->len = r.len;
+    v->addrs = r.addrs;
+    v->lens = r.lens;
+    v->nextents = r.nextents;
+    return 0;
 }

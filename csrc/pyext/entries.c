@@ -130,7 +130,9 @@ static PyObject *clear_tensor(struct dlpack_view *dv, int idx, int nthreads,
     if (debug_hook)
         rc = call_debug_hook("acquired", NULL, dv->len);
     if (rc == 0 && dv->len) {     /* an empty tensor's data may be NULL */
-        if (dv->nextents)
+        if (dv->layout)
+            rc = clear_layout(dv->layout, dv->len, dv->nextents, idx, nthreads);
+        else if (dv->nextents)
             rc = clear_extents(dv->addrs, dv->lens, dv->nextents, dv->len, idx, nthreads);
         else if (hint)
             rc = clear_whole(dv->base, dv->len, idx, nthreads, hint);
@@ -378,6 +380,8 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
             }
             if (got > 0) {
                 struct dlpack_view *dv = &vs.t[vs.nt++];
+                if (dlpack_list_extents(dv) < 0)
+                    goto fail;
                 size_t k = dv->nextents ? dv->nextents : 1;
                 if (views_reserve(&vs, k) < 0)
                     goto fail;
@@ -507,8 +511,9 @@ static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_extents *r
 }
 
 /* clear_strided(buf, *, method, threads): a writable strided buffer (a
- * strided numpy array Python sent here), its extents in one job, the
- * buffer held throughout.  Arguments are normalized by Python. */
+ * strided numpy array Python sent here), its extents one by one as the
+ * layout is walked where they are small, else in one job; the buffer held
+ * throughout.  Arguments are normalized by Python. */
 static const char *const strided_pos[] = {"buf"};
 
 PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -523,12 +528,16 @@ PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (normalized_method_threads("clear_strided", method, threads, &idx, &nthreads) < 0)
         return NULL;
     Py_buffer v;
-    struct strided_extents r;
-    if (strided_buffer(buf, &v, &r) < 0)
+    if (entry_get_buffer(buf, &v, PyBUF_RECORDS) < 0)
         return NULL;
-    int rc = r.nextents ? clear_extents(r.addrs, r.lens, r.nextents, r.len, idx, nthreads)
-           : r.len ? clear_extents(&r.base, &r.len, 1, r.len, idx, nthreads) : 0;
-    strided_extents_free(&r);
+    struct strided_layout *s;
+    uint64_t len, count;
+    int status = strided_layout_new(v.buf, 0, v.ndim, (const int64_t *)v.shape,
+                                    (const int64_t *)v.strides, 1, (uint64_t)v.itemsize, &s,
+                                    &len, &count);
+    int rc = status < 0 ? buffer_layout_error("", status)
+                        : clear_layout(s, (size_t)len, (size_t)count, idx, nthreads);
+    strided_layout_free(s);
     PyBuffer_Release(&v);
     if (rc < 0)
         return NULL;

@@ -161,6 +161,11 @@ int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
 int clear_whole(char *base, size_t n, int idx, int threads, int hint);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
+/* Whether extents of total bytes in count pieces on threads (0: auto) are
+ * cleared one by one as they come, not as a job (they are small). */
+int clear_is_fine(size_t total, size_t count, int threads);
+struct strided_layout;
+int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, int threads);
 int run_decided(struct cp_job *job, size_t total, size_t count, int idx, int threads);
 int clear_few_pages(char *base, size_t buflen, const int64_t *pages, size_t count,
                     size_t psize, int idx, int threads);
@@ -229,6 +234,26 @@ typedef int (*strided_visit)(void *ctx, char *const *addrs, const size_t *lens, 
 int strided_walk(const void *data, uint64_t offset, int ndim, const int64_t *shape,
                  const int64_t *strides, int64_t unit, uint64_t item, strided_visit visit,
                  void *ctx, int *stopped);
+/* A layout kept to be walked more than once, or without the GIL (the walk
+ * allocates nothing): new and free need the GIL.  *len: the bytes its
+ * elements cover; *count: how many extents a walk hands out at most (the
+ * copies of its pattern; touching ones are merged).  walk: as
+ * strided_walk's, returning what visit stopped with (0: all visited);
+ * extents: strided_extents's result from it. */
+struct strided_layout;
+int strided_layout_new(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                       const int64_t *strides, int64_t unit, uint64_t item,
+                       struct strided_layout **out, uint64_t *len, uint64_t *count);
+int strided_layout_walk(struct strided_layout *s, strided_visit visit, void *ctx);
+/* Where every extent has one length and they come in rows (a pattern of one
+ * block, along at least one dimension): row(ctx, first, len, stride, n) for
+ * each row of n extents of len bytes, stride apart, none touching the
+ * next, until it returns nonzero (returned); -1 (nothing called) for a
+ * layout not so made. */
+typedef int (*strided_row)(void *ctx, char *first, size_t len, size_t stride, size_t n);
+int strided_layout_rows(struct strided_layout *s, strided_row row, void *ctx);
+int strided_layout_extents(struct strided_layout *s, struct strided_extents *out);
+void strided_layout_free(struct strided_layout *s);
 /* entries.c: the error of a buffer whose layout those refused (status < 0),
  * its message after prefix: -1. */
 int buffer_layout_error(const char *prefix, int status);
@@ -253,7 +278,9 @@ struct dlpack_view {
     size_t itemsize;            /* bytes an element (0 where not read: a direct view) */
     char **addrs;
     size_t *lens;
-    size_t nextents;
+    size_t nextents;            /* 0: one extent [base, base + len) */
+    struct strided_layout *layout;  /* small extents not listed yet (addrs NULL;
+                                     * nextents: at most this many) */
 };
 
 /* 1: acquired (call dlpack_release); 0: obj has no __dlpack__ (no error);
@@ -270,6 +297,10 @@ int dlpack_acquire_read(PyObject *obj, struct dlpack_view *v);
  * autograd records. */
 int dlpack_written(struct dlpack_view *v, int done);
 void dlpack_release(struct dlpack_view *v);
+/* The list of a view's extents where its layout was kept instead (small
+ * extents: clear() walks the layout, clear_many and is_zero want the list):
+ * 0, or -1 with an error set. */
+int dlpack_list_extents(struct dlpack_view *v);
 
 /* ---- dlpack_export.c: our memory as a tensor ------------------------------------- */
 

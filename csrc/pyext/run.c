@@ -316,11 +316,204 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
     return rc;
 }
 
+/* ---- small extents, cleared as they come ------------------------------------ */
+
+/* Extents this short on average (a strided view of small elements: a
+ * column of a matrix, every other byte) are cleared one by one on the
+ * calling thread as they are listed or walked, not as a job: a job's
+ * bookkeeping (a sorted copy of the list, a position per extent, a unit
+ * loop around each routine call) costs tens of nanoseconds an extent, more
+ * than the clear of an element, and a walked layout needs no list at all.
+ * With method "auto" they get ordinary stores (inline up to 16 bytes, else
+ * memset): a streaming store of part of a cache line costs more than it
+ * saves.  A named routine is called for each extent, fenced once at the end. */
+#define FINE_MAX CP_POLICY_PIECE_FINE
+/* Extents between looks at the clock, for the slice's end. */
+#define FINE_CHECK 16384u
+/* A list with an extent longer than this is a job however short the rest. */
+#define FINE_LONG (64u * FINE_MAX)
+
+int clear_is_fine(size_t total, size_t count, int threads)
+{
+    return count > 1 && total / count < FINE_MAX && threads <= 1;
+}
+
+struct fine {
+    cp_clear_fn fn;             /* NULL: ordinary stores */
+    struct routine r;           /* a named routine, held (r.name NULL for auto) */
+    size_t total;
+    PyThreadState *ts;          /* the GIL let go (NULL: held throughout) */
+    uint64_t deadline;
+    size_t since;               /* extents since the clock was read */
+};
+
+static inline void zero_small(char *p, size_t n)
+{
+    switch (n) {
+    case 1: memset(p, 0, 1); return;
+    case 2: memset(p, 0, 2); return;
+    case 4: memset(p, 0, 4); return;
+    case 8: memset(p, 0, 8); return;
+    case 16: memset(p, 0, 16); return;
+    default: memset(p, 0, n); return;
+    }
+}
+
+/* Between slices: the GIL taken back, the hook, the signal handlers (which
+ * may raise: then the clear stops, -1). */
+static int fine_pause(struct fine *f)
+{
+    if (f->ts)
+        PyEval_RestoreThread(f->ts);
+    int rc = call_debug_hook("slice", f->r.name, f->total) < 0 || PyErr_CheckSignals() < 0;
+    if (f->ts)
+        f->ts = PyEval_SaveThread();
+    f->deadline = native->adapt_now_ns() + config.slice_ns;
+    return rc ? -1 : 0;
+}
+
+static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t n)
+{
+    struct fine *f = ctx;
+    if (f->fn) {
+        for (size_t i = 0; i < n; i++)
+            f->fn(addrs[i], lens[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            zero_small(addrs[i], lens[i]);
+    }
+    f->since += n;
+    if (f->since >= FINE_CHECK) {
+        f->since = 0;
+        if (native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A row of n extents of len bytes, stride apart: a loop of stores of a
+ * size the compiler knows where len is one of the element sizes. */
+#define ZERO_ROW(L)                                   \
+    for (size_t t = 0; t < m; t++)                    \
+        memset(p + t * stride, 0, L)
+
+static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n)
+{
+    struct fine *f = ctx;
+    while (n) {
+        size_t m = n < FINE_CHECK ? n : FINE_CHECK;
+        if (f->fn) {
+            for (size_t t = 0; t < m; t++)
+                f->fn(p + t * stride, len);
+        } else {
+            switch (len) {
+            case 1: ZERO_ROW(1); break;
+            case 2: ZERO_ROW(2); break;
+            case 4: ZERO_ROW(4); break;
+            case 8: ZERO_ROW(8); break;
+            case 16: ZERO_ROW(16); break;
+            case 32: ZERO_ROW(32); break;
+            case 64: ZERO_ROW(64); break;
+            default: ZERO_ROW(len); break;
+            }
+        }
+        p += m * stride;
+        n -= m;
+        f->since += m;
+        if (f->since >= FINE_CHECK) {
+            f->since = 0;
+            if (native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void fine_fence(void)
+{
+#if defined(__x86_64__) && !defined(CP_PORTABLE)
+    __builtin_ia32_sfence();
+#endif
+}
+
+/* Clear extents one by one with routine idx (AUTO: as the policy decides
+ * for count pieces of total bytes, memset), by walk(ctx, visit, fine) or,
+ * walk NULL, from the list (addrs, lens, n).  The GIL is let go for a total of gil_min or more;
+ * signals are looked at each slice.  0, or -1 with an error set. */
+typedef int (*fine_walk)(void *ctx, strided_visit visit, void *fine);
+
+static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, size_t n,
+                      size_t count, size_t total, int idx)
+{
+    struct fine f = {0};
+    f.total = total;
+    if (idx == AUTO) {
+        struct cp_decision d;
+        decide(total, count, AUTO, 1, 0, 0, &d);
+        idx = d.routine;
+    }
+    f.r = routine_take(idx);
+    /* memset: the compiler's, inline where the length is an element's. */
+    f.fn = idx == config.policy.memset ? NULL : f.r.job_fn;
+    int stopped = fine_pause(&f);       /* the hook's first "slice" */
+    if (!stopped) {
+        if (total >= config.gil_min)
+            f.ts = PyEval_SaveThread();
+        if (walk) {
+            stopped = walk(ctx, fine_visit, &f);
+        } else {
+            for (size_t i = 0; i < n && !stopped; i += 4096)
+                stopped = fine_visit(&f, addrs + i, lens + i, n - i < 4096 ? n - i : 4096);
+        }
+        if (f.fn && f.r.fence)
+            fine_fence();
+        if (f.ts)
+            PyEval_RestoreThread(f.ts);
+    }
+    routine_drop(&f.r);
+    return stopped ? -1 : 0;
+}
+
+/* A layout in rows where it comes so (most strided views), else extent by
+ * extent. */
+static int walk_layout(void *ctx, strided_visit visit, void *fine)
+{
+    int rc = strided_layout_rows(ctx, fine_row, fine);
+    return rc == -1 ? strided_layout_walk(ctx, visit, fine) : rc;
+}
+
+/* A layout's bytes (total of them, in at most count extents): one by one
+ * where they are small (clear_is_fine), else as a job from their list. */
+int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, int threads)
+{
+    if (total == 0)
+        return 0;
+    if (clear_is_fine(total, count, threads))
+        return clear_fine(walk_layout, s, NULL, NULL, 0, count, total, idx);
+    struct strided_extents r;
+    int status = strided_layout_extents(s, &r);
+    if (status < 0)
+        return buffer_layout_error("", status);
+    int rc = r.nextents ? clear_extents(r.addrs, r.lens, r.nextents, r.len, idx, threads)
+                        : clear_extents(&r.base, &r.len, 1, r.len, idx, threads);
+    strided_extents_free(&r);
+    return rc;
+}
+
 /* Run a job over n extents, decided by their total as one piece of work. */
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads)
 {
     if (n == 0)
         return 0;
+    if (clear_is_fine(total, n, threads)) {
+        /* (Unless one is long: a job slices it, and streams it where the
+         * policy says so.) */
+        size_t i = 0;
+        while (i < n && lens[i] <= FINE_LONG)
+            i++;
+        if (i == n)
+            return clear_fine(NULL, NULL, addrs, lens, n, n, total, idx);
+    }
     struct cp_job *job = new_job(addrs, lens, n);
     if (!job)
         return -1;

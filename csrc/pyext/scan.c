@@ -212,6 +212,10 @@ static PyObject *is_zero_tensor(PyObject *buf, int threads)
     struct dlpack_view dv;
     if (acquire_tensor(buf, &dv) < 0)
         return NULL;
+    if (dlpack_list_extents(&dv) < 0) {
+        dlpack_release(&dv);
+        return NULL;
+    }
     struct extents_scan w = {scan_threads(threads, dv.len), 0, 1};
     if (dv.nextents)
         scan_some(&w, dv.addrs, dv.lens, dv.nextents);

@@ -338,6 +338,21 @@ fail:
  * third of its time), until it returns nonzero (returned). */
 #define WALK_BATCH 256
 
+/* The odometer over the outer dimensions above the innermost one, from
+ * the innermost: *at moves to the next copy's offset; 0 past the last. */
+static int odometer_next(struct layout *L, uint64_t *at)
+{
+    for (int j = L->outer + 1; j < L->k; j++) {
+        struct dim *d = &L->dims[j];
+        *at += d->stride;
+        if (++d->idx < d->n)
+            return 1;
+        *at -= d->stride * d->n;
+        d->idx = 0;
+    }
+    return 0;
+}
+
 static int layout_walk(struct layout *L, strided_visit visit, void *ctx)
 {
     if (!L->len)
@@ -377,15 +392,7 @@ static int layout_walk(struct layout *L, strided_visit visit, void *ctx)
                 end = a + len;
             }
         }
-        int j = outer + 1;              /* the odometer, innermost first */
-        for (; j < k; j++) {
-            at += dims[j].stride;
-            if (++dims[j].idx < dims[j].n)
-                break;
-            at -= dims[j].stride * dims[j].n;
-            dims[j].idx = 0;
-        }
-        if (j >= k)
+        if (!odometer_next(L, &at))
             break;
     }
     return visit(ctx, addrs, sizes, m);
@@ -414,32 +421,24 @@ static int collect(void *ctx, char *const *addrs, const size_t *lens, size_t n)
     return 0;
 }
 
-int strided_extents(const void *data, uint64_t offset, int ndim, const int64_t *shape,
-                    const int64_t *strides, int64_t unit, uint64_t item,
-                    struct strided_extents *out)
+/* The extents of a ready layout into *out (out->base and out->len set). */
+static int collect_layout(struct layout *L, struct strided_extents *out)
 {
-    memset(out, 0, sizeof *out);
-    struct layout L;
-    int status = layout_of(data, offset, ndim, shape, strides, unit, item, &L);
-    out->base = (char *)(uintptr_t)L.start;
-    if (status < 0)
-        return status;
-    out->len = L.len;
-    if (L.outer == L.k && L.inner == 1) {   /* one extent */
-        layout_free(&L);
+    int status = STRIDED_OK;
+    out->base = (char *)(uintptr_t)L->start;
+    out->len = L->len;
+    if (L->outer == L->k && L->inner == 1)  /* one extent */
         return STRIDED_OK;
-    }
-    if (L.count > bookkeeping_max() / (sizeof(char *) + sizeof(size_t))) {
+    if (L->count > bookkeeping_max() / (sizeof(char *) + sizeof(size_t))) {
         status = STRIDED_NO_MEMORY;
     } else {
-        out->addrs = PyMem_Malloc((size_t)L.count * sizeof(char *));
-        out->lens = PyMem_Malloc((size_t)L.count * sizeof(size_t));
+        out->addrs = PyMem_Malloc((size_t)L->count * sizeof(char *));
+        out->lens = PyMem_Malloc((size_t)L->count * sizeof(size_t));
         if (!out->addrs || !out->lens)
             status = STRIDED_NO_MEMORY;
         else
-            layout_walk(&L, collect, out);
+            layout_walk(L, collect, out);
     }
-    layout_free(&L);
     if (status < 0) {
         strided_extents_free(out);
         out->len = 0;
@@ -450,4 +449,81 @@ int strided_extents(const void *data, uint64_t offset, int ndim, const int64_t *
         strided_extents_free(out);
     }
     return STRIDED_OK;
+}
+
+int strided_extents(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                    const int64_t *strides, int64_t unit, uint64_t item,
+                    struct strided_extents *out)
+{
+    memset(out, 0, sizeof *out);
+    struct layout L;
+    int status = layout_of(data, offset, ndim, shape, strides, unit, item, &L);
+    out->base = (char *)(uintptr_t)L.start;
+    if (status < 0)
+        return status;
+    status = collect_layout(&L, out);
+    layout_free(&L);
+    return status;
+}
+
+/* ---- a layout kept, to be walked later (without the GIL) ---------------------- */
+
+struct strided_layout {
+    struct layout L;            /* points into itself: never moved */
+};
+
+int strided_layout_new(const void *data, uint64_t offset, int ndim, const int64_t *shape,
+                       const int64_t *strides, int64_t unit, uint64_t item,
+                       struct strided_layout **out, uint64_t *len, uint64_t *count)
+{
+    *out = NULL;
+    struct strided_layout *s = PyMem_Malloc(sizeof *s);
+    if (!s)
+        return STRIDED_NO_MEMORY;
+    int status = layout_of(data, offset, ndim, shape, strides, unit, item, &s->L);
+    if (status < 0) {
+        PyMem_Free(s);
+        return status;
+    }
+    *out = s;
+    *len = s->L.len;
+    *count = s->L.len ? s->L.count : 0;
+    return STRIDED_OK;
+}
+
+int strided_layout_walk(struct strided_layout *s, strided_visit visit, void *ctx)
+{
+    return layout_walk(&s->L, visit, ctx);
+}
+
+int strided_layout_rows(struct strided_layout *s, strided_row row, void *ctx)
+{
+    struct layout *L = &s->L;
+    if (!L->len || L->inner != 1 || L->outer >= L->k)
+        return -1;
+    /* inner == 1: the pattern is the block, and copies of it along the
+     * innermost outer dimension never touch (layout_of merged any whose
+     * stride does not pass the block into it). */
+    const uint64_t n0 = L->dims[L->outer].n, s0 = L->dims[L->outer].stride;
+    uint64_t at = 0;
+    int rc;
+    do {
+        if ((rc = row(ctx, (char *)(uintptr_t)(L->start + at), L->block, s0, n0)))
+            return rc;
+    } while (odometer_next(L, &at));
+    return 0;
+}
+
+int strided_layout_extents(struct strided_layout *s, struct strided_extents *out)
+{
+    memset(out, 0, sizeof *out);
+    return collect_layout(&s->L, out);
+}
+
+void strided_layout_free(struct strided_layout *s)
+{
+    if (s) {
+        layout_free(&s->L);
+        PyMem_Free(s);
+    }
 }
