@@ -26,8 +26,6 @@ BUILD_VARIABLES = ("CLEARPAGES_PORTABLE",)
 #: The repository's own test suite and benchmarks read these.
 OTHER_PREFIXES = ("CLEARPAGES_TEST_", "CLEARPAGES_BENCH_")
 
-_ON = frozenset({"1", "on", "yes", "true"})
-_OFF = frozenset({"0", "off", "no", "false"})
 
 __all__ = ["MAX_SIZE", "Config", "ConfigError", "ConfigWarning", "parse_size", "read",
            "read_environ", "warn"]
@@ -95,7 +93,22 @@ class Config:
     """The variables that were set, as (name, value), for ``info``."""
 
 
+def _switch(env: Mapping[str, str], name: str, default: bool, use: str) -> bool:
+    """A variable that is 0 or 1 (surrounding blanks ignored; unset or empty:
+    the default); anything else is a ConfigError that says what to use."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if text not in ("0", "1"):
+        raise ConfigError("%s=%r: use %s" % (name, env[name], use))
+    return text == "1"
+
+
 def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
+    for name in VARIABLES:
+        if name in env and not isinstance(env[name], str):
+            raise TypeError("%s must be a str, as in the environment, not %s (%r)"
+                            % (name, type(env[name]).__name__, env[name]))
     _unknown_names(env)
     raw = tuple((k, env[k]) for k in VARIABLES if k in env)
     method = env.get("CLEARPAGES_METHOD", "").strip() or None
@@ -123,17 +136,12 @@ def read(env: Mapping[str, str], feature_names: tuple[str, ...]) -> Config:
     if unknown:
         raise ConfigError("CLEARPAGES_DISABLE names unknown features %s; known: %s"
                           % (", ".join(sorted(unknown)), ", ".join(feature_names)))
-    adapt_text = env.get("CLEARPAGES_ADAPT", "").strip().lower()
-    if adapt_text and adapt_text not in _ON | _OFF:
-        raise ConfigError("CLEARPAGES_ADAPT=%r: use 0 (off: the static choice, "
-                          "deterministic) or 1 (on, the default)" % env["CLEARPAGES_ADAPT"])
-    debug_text = env.get("CLEARPAGES_POOL_DEBUG", "").strip().lower()
-    if debug_text and debug_text not in _ON | _OFF:
-        raise ConfigError("CLEARPAGES_POOL_DEBUG=%r: use 1 (every Pool reads each block "
-                          "back before it leaves) or 0 (off, the default)"
-                          % env["CLEARPAGES_POOL_DEBUG"])
-    return Config(method, nt_threshold, calibration, names, adapt_text not in _OFF,
-                  debug_text in _ON, raw)
+    adapt = _switch(env, "CLEARPAGES_ADAPT", True,
+                    "0 (off: the static choice, deterministic) or 1 (on, the default)")
+    pool_debug = _switch(env, "CLEARPAGES_POOL_DEBUG", False,
+                         "1 (every Pool reads each block back before it leaves) or 0 "
+                         "(off, the default)")
+    return Config(method, nt_threshold, calibration, names, adapt, pool_debug, raw)
 
 
 def read_environ(feature_names: tuple[str, ...]) -> Config:

@@ -32,10 +32,15 @@ _CHARS = ffi.typeof("char[]")
 
 
 def reload_config(env: dict[str, str] | None = None) -> None:
-    """Read the CLEARPAGES_* variables (and the calibration) again.
+    """Read the CLEARPAGES_* variables (and the calibration) again: from
+    the environment, or from env, a dict of them (values str, as the
+    environment's are).
 
     Raises :class:`clearpages.ConfigError` (a ValueError) naming the variable
-    when one holds a bad value; the configuration is then unchanged."""
+    when one holds a bad value; a CLEARPAGES_METHOD this machine cannot run
+    is one too, and also a :class:`clearpages.UnsupportedMethod`.  A value
+    that is not a str is a TypeError naming the variable.  On any error
+    the configuration is unchanged."""
     _dispatch.reload(env)      # and forgets what adaptive auto had learned
 
 

@@ -157,8 +157,12 @@ def dump() -> list[tuple[int, int, int, int, int, int]]:
     return [(a.leaf, a.subleaf, a.eax, a.ebx, a.ecx, a.edx) for a in arr[0:n]]
 
 
-def probe() -> CPU:
-    """This machine's CPU, before CLEARPAGES_DISABLE."""
+def probe(*, caches: bool = True) -> CPU:
+    """This machine's CPU, before CLEARPAGES_DISABLE.  caches=False: CPUID
+    alone, without sysfs's cache sizes or the CPUs this process may run on
+    (what the features take, at import)."""
     info = ffi.new("struct cp_cpu_info *")
     lib.cp_cpu_probe(info)
+    if not caches:
+        return from_info(info)
     return from_info(info, sysfs=_sysfs_caches(), cores=_cores())

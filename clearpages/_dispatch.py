@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from . import _adapt, _calibration, _config, _cpu, _fast, _policy, _scan
-from ._errors import UnsupportedMethod, print_alone_if_uncaught
+from ._errors import ForcedMethodUnsupported, UnsupportedMethod, print_alone_if_uncaught
 from ._native import ffi, lib
 from ._routines import BY_NAME, ROUTINES
 
@@ -59,8 +59,7 @@ class State:
         th = _policy.with_adaptive_band(self.cpu, th)
         self.thresholds = th
         self.forced = config.method
-        if self.forced is not None:
-            self.check("CLEARPAGES_METHOD=%s" % self.forced, self.forced)
+        _check_forced(config, raw_cpu, self.built)
         #: The zero scan is_zero and nonzero_pages use (csrc/core/scan.c).
         self.scan = _scan.choose(self.cpu)
         self.set_adaptive(config.adapt)
@@ -99,23 +98,51 @@ class State:
 
     def missing(self, name: str) -> str | None:
         """Why this machine cannot run the routine, or None if it can."""
-        r = BY_NAME[name]
-        if name not in self.built:
-            return "%s is not in this build (a portable build has only libc)" % name
-        for feat in sorted(r.requires):
-            if feat in self.cpu.disabled:
-                return "%s needs %s, masked by CLEARPAGES_DISABLE" % (name, feat)
-            if feat in self.raw_cpu.os_disabled:
-                return ("%s needs %s, which the CPU has but the OS has not enabled "
-                        "(its register state is off in XCR0)" % (name, feat))
-            if feat not in self.cpu.features:
-                return "%s needs %s, which this CPU lacks" % (name, feat)
-        return None
+        return _missing(name, self.raw_cpu, self.config.disable, self.built)
 
     def check(self, what: str, name: str) -> None:
         why = self.missing(name)
         if why is not None:
             raise UnsupportedMethod("%s: %s" % (what, why))
+
+
+def _missing(name: str, raw_cpu: _cpu.CPU, disable: frozenset[str],
+             built: frozenset[str]) -> str | None:
+    """Why this machine (its CPU before CLEARPAGES_DISABLE, the features
+    that masks, the routines built) cannot run the routine, or None."""
+    r = BY_NAME[name]
+    if name not in built:
+        return "%s is not in this build (a portable build has only libc)" % name
+    for feat in sorted(r.requires):
+        if feat in raw_cpu.features and feat in disable:
+            return "%s needs %s, masked by CLEARPAGES_DISABLE" % (name, feat)
+        if feat in raw_cpu.os_disabled:
+            return ("%s needs %s, which the CPU has but the OS has not enabled "
+                    "(its register state is off in XCR0)" % (name, feat))
+        if feat not in raw_cpu.features:
+            return "%s needs %s, which this CPU lacks" % (name, feat)
+    return None
+
+
+def _check_forced(config: _config.Config, raw_cpu: _cpu.CPU | None = None,
+                  built: frozenset[str] | None = None) -> None:
+    """A CLEARPAGES_METHOD this machine cannot run is a bad variable: a
+    ConfigError that is also an UnsupportedMethod, raised where the others
+    are (at import, by reload_config), not by the first call.  Without
+    raw_cpu, CPUID alone is read, and only for a routine that needs a
+    feature or may be missing from the build."""
+    name = config.method
+    if name is None:
+        return
+    if built is None:
+        built = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
+    if raw_cpu is None:
+        if name in built and not BY_NAME[name].requires:
+            return
+        raw_cpu = _cpu.probe(caches=False)
+    why = _missing(name, raw_cpu, config.disable, built)
+    if why is not None:
+        raise ForcedMethodUnsupported("CLEARPAGES_METHOD=%s: %s" % (name, why))
 
 
 _current: State | None = None
@@ -134,9 +161,10 @@ def _lock_after_fork() -> None:
 os.register_at_fork(after_in_child=_lock_after_fork)
 
 # A bad CLEARPAGES_* value stops the import, naming the variable (reading
-# the environment is no I/O; the CPU, the calibration file and the routing
-# wait for first use).
-_config.read_environ(_cpu.FEATURE_NAMES)
+# the environment is no I/O; CPUID is read only for a forced routine that
+# needs a feature; the caches, the calibration file and the routing wait
+# for first use).
+_check_forced(_config.read_environ(_cpu.FEATURE_NAMES))
 
 
 def state() -> State:

@@ -18,6 +18,12 @@ class UnsupportedMethod(RuntimeError):
     """The routine needs a CPU feature (or build) this machine lacks."""
 
 
+class ForcedMethodUnsupported(ConfigError, UnsupportedMethod):
+    """CLEARPAGES_METHOD names a routine this machine cannot run: a bad
+    variable (ConfigError, a ValueError) and a routine the CPU or build
+    lacks (UnsupportedMethod), so either name catches it."""
+
+
 class PageIndexError(IndexError, ValueError):
     """A page index outside the buffer (an IndexError and a ValueError)."""
 
@@ -47,5 +53,5 @@ def print_alone_if_uncaught(err: BaseException) -> None:
     sys.excepthook = hook
 
 
-__all__ = ["ConfigError", "HugePagesUnavailable", "PageIndexError", "UnsupportedMethod",
-           "print_alone_if_uncaught"]
+__all__ = ["ConfigError", "ForcedMethodUnsupported", "HugePagesUnavailable", "PageIndexError",
+           "UnsupportedMethod", "print_alone_if_uncaught"]

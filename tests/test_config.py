@@ -13,6 +13,7 @@ from conftest import NATIVE, ROOT, needs_native, run_python
 
 import clearpages as cp
 from clearpages import _config, _dispatch, _fast
+from clearpages._routines import ROUTINES
 
 MiB = 1 << 20
 
@@ -283,8 +284,75 @@ def test_environment_is_read_at_import():
     else:
         # A forced routine the build lacks fails the import, naming the variable.
         assert r.returncode != 0
-        assert "UnsupportedMethod: CLEARPAGES_METHOD=rep_stosq" in r.stderr, r.stderr
+        assert "ConfigError: CLEARPAGES_METHOD=rep_stosq" in r.stderr, r.stderr
         assert "not in this build" in r.stderr, r.stderr
+
+
+def _lacking() -> str:
+    """A routine this machine itself cannot run (its CPU, OS or build,
+    whatever CLEARPAGES_DISABLE says), or a skip."""
+    st = _dispatch.state()
+    for name in cp.ALL_METHODS:
+        if _dispatch._missing(name, st.raw_cpu, frozenset(), st.built) is not None:
+            return name
+    pytest.skip("this machine runs every routine, so none can be forced that it lacks")
+
+
+def test_forced_method_this_cpu_lacks_stops_the_import_with_one_line():
+    r = run_python("import clearpages", {"CLEARPAGES_METHOD": _lacking()})
+    assert r.returncode != 0
+    assert r.stderr.startswith("clearpages.ConfigError: CLEARPAGES_METHOD="), r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_forced_method_this_cpu_lacks_is_a_config_error_and_unsupported(config):
+    name = _lacking()
+    before = cp.methods()
+    with pytest.raises(cp.ConfigError, match="CLEARPAGES_METHOD=%s" % name) as e:
+        config({"CLEARPAGES_METHOD": name})
+    assert isinstance(e.value, cp.UnsupportedMethod)
+    assert cp.methods() == before       # the configuration is unchanged
+
+
+def test_forced_method_masked_by_disable_is_a_config_error(config):
+    routine = next((r for r in ROUTINES if r.requires
+                    and r.requires <= _dispatch.state().raw_cpu.features), None)
+    if routine is None:
+        pytest.skip("this CPU has no feature a routine needs, so none can be masked")
+    with pytest.raises(cp.ConfigError, match="masked by CLEARPAGES_DISABLE"):
+        config({"CLEARPAGES_METHOD": routine.name,
+                "CLEARPAGES_DISABLE": ",".join(sorted(routine.requires))})
+
+
+def test_info_and_methods_never_die_for_a_forced_method_the_cpu_lacks():
+    """Set after the import (the state is built on first use): one line of
+    message, no frames, for methods() and for the command line's info."""
+    name = _lacking()
+    r = run_python("import os, clearpages as cp\nos.environ['CLEARPAGES_METHOD'] = %r\n"
+                   "cp.methods()" % name)
+    assert r.returncode != 0
+    assert r.stderr.startswith("clearpages.ConfigError: CLEARPAGES_METHOD="), r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "clearpages", "info"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CLEARPAGES_METHOD=name))
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "CLEARPAGES_METHOD" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("var", _config.VARIABLES)
+def test_a_value_that_is_not_a_str_is_a_type_error_naming_the_variable(config, var):
+    with pytest.raises(TypeError, match=var):
+        config({var: 0})
+
+
+@pytest.mark.parametrize("var", ["CLEARPAGES_ADAPT", "CLEARPAGES_POOL_DEBUG"])
+@pytest.mark.parametrize("value", ["yes", "no", "on", "off", "true", "false", "00"])
+def test_switches_take_0_or_1_only(config, var, value):
+    with pytest.raises(cp.ConfigError, match="%s=.*use (0|1)" % var):
+        config({var: value})
+    config({var: " 0 "})
+    config({var: "1"})
 
 
 @pytest.mark.parametrize("var, value", [("CLEARPAGES_DISABLE", "bogus"),
