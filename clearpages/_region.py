@@ -257,6 +257,8 @@ class Region(RegionMemory):
                  populate: bool = False, lock: bool = False, dump: bool = True,
                  fork: str = "keep", threads: int | str = 1) -> None:
         size = _check_size(size)
+        if not isinstance(populate, bool):
+            raise TypeError("populate takes True or False, not %r" % (populate,))
         threads = _populate_threads_arg(threads)
         name = self._page_size_name(page_size, size)
         flags = _protect_flags(lock, dump, fork)

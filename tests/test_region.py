@@ -104,6 +104,14 @@ def test_page_sizes_of_another_type_are_type_errors(page_size):
         cp.Region(4096, page_size=page_size)
 
 
+@pytest.mark.parametrize("populate", ["no", "yes", 1, 0, None])
+def test_populate_takes_true_or_false_as_lock_does(populate):
+    # Checked before anything is mapped: 'no' is truthy, and faulted
+    # everything in.
+    with pytest.raises(TypeError, match="populate takes True or False"):
+        cp.Region("64M", populate=populate)
+
+
 def test_repr_says_size_address_and_page_size():
     r = cp.Region(2 * MiB)
     text = repr(r)
