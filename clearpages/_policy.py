@@ -513,8 +513,12 @@ def _evidence(th: Thresholds, *fields: str) -> tuple[str, ...]:
 
 
 def _shown(th: Thresholds, field: str) -> str:
+    """A threshold as ``info`` shows it: a size, or "never" for a size no
+    clear reaches (NEVER), never the sentinel's number."""
     v = getattr(th, field)
-    return format_size(v) if isinstance(v, int) and v < NEVER else str(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return format_size(v) if v < NEVER else "never"
+    return str(v)
 
 
 # ---- the reason tables: a decision's codes -> sentences ---------------------

@@ -204,6 +204,18 @@ def test_erms_masked_falls_back_to_memset():
     assert th.long == "" and plan_method(z, 1 * GiB) == "avx2_nt"
 
 
+def test_evidence_says_never_for_a_threshold_no_clear_reaches():
+    """Without ERMS vector_max is NEVER: the evidence says "never", as info
+    does, not the sentinel's number."""
+    c = ICE.without(frozenset({"erms"}))
+    th = _policy.default_thresholds(c, ALL)
+    assert th.vector_max >= _policy.NEVER
+    p = _policy.plan(c, th, 4 * KiB)
+    line = next(e for e in p.evidence if e.startswith("vector_max"))
+    assert line.startswith("vector_max never: "), line
+    assert str(_policy.NEVER) not in " ".join(p.evidence + (p.reason,))
+
+
 def test_unknown_caches():
     leaves = [r for r in ice_lake_leaves() if r[0] != 4]
     c = _cpu.decode(leaves, XCR0_AVX512)
