@@ -714,6 +714,7 @@ def test_plan_describes_a_pool():
     r = run_python("import sys; from clearpages.tools import cli; "
                    "sys.exit(cli.main(['plan', '3M', '--pool']))")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.endswith("\n") and not r.stdout.endswith("\n\n"), repr(r.stdout[-40:])
     text = " ".join(r.stdout.split())
     assert "blocks of 4 MiB" in text or "blocks of 3 MiB" in text, text
     assert "fewer than 1 is ready" in text and "thread" in text
@@ -724,6 +725,7 @@ def test_plan_describes_a_pool():
                    "sys.exit(cli.main(['plan', '64K', '--pool', '--json']))")
     import json
 
+    assert r.stdout.endswith("}\n"), repr(r.stdout[-40:])
     facts = json.loads(r.stdout)
     # The child has none of this process's CLEARPAGES_* variables (run_python).
     assert facts["block_size"] == 64 * KiB and facts["routine"] in cp.ALL_METHODS
