@@ -382,8 +382,12 @@ def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: 
         return
     page_size = _check_page_size(page_size)
     if err is not None and not _is_tensor(buf):
-        _refuse(buf, err)
-        raise ValueError("clear_pages needs a contiguous buffer; this one is strided")
+        try:
+            _refuse(buf, err)       # not a buffer, read-only: its own message
+        except ValueError:
+            pass                    # (words meant for clear())
+        raise ValueError("clear_pages needs a C- or Fortran-contiguous buffer (one extent, "
+                         "whose pages nonzero_pages numbers); this one is strided")
     idx = _page_indices(pages)
     _check_runnable(method)
     _fast.clear_pages_exact(buf, idx, page_size=int(page_size), method=method,

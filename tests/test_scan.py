@@ -457,6 +457,37 @@ def test_nonzero_pages_feeds_clear_pages_and_numpy():
         cp.nonzero_pages(b, 4096, page_size=4096)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: np.asfortranarray(np.ones((2, 4096), np.uint8)),
+    lambda: np.full((3, 5000), 0x0101, np.uint16).T,           # a C array, transposed
+    lambda: memoryview(np.asfortranarray(np.ones((4, 3000), np.uint8))),
+], ids=["fortran", "transposed", "fortran-memoryview"])
+def test_clear_pages_takes_one_extent_in_fortran_order_as_nonzero_pages_does(make):
+    """Page i is bytes [i*page_size, (i+1)*page_size) of the memory, in the
+    order nonzero_pages numbers them, whatever the array's index order."""
+    a = make()
+    raw = np.asarray(a).ravel(order="K").view(np.uint8)     # its bytes in memory order
+    assert np.shares_memory(raw, np.asarray(a))
+    pages = list(cp.nonzero_pages(a))
+    assert pages == list(range(-(-raw.size // 4096)))
+    cp.clear_pages(a, [1])
+    assert not raw[4096:8192].any() and raw[:4096].all() and raw[8192:].all()
+    assert list(cp.nonzero_pages(a)) == [p for p in pages if p != 1]
+    cp.clear_pages(a, cp.nonzero_pages(a))
+    assert cp.is_zero(a)
+
+
+def test_clear_pages_refuses_what_nonzero_pages_refuses_saying_why():
+    a = np.ones((8, 4096), np.uint8)[:, ::2]
+    with pytest.raises(ValueError, match=r"C- or Fortran-contiguous buffer.*strided"):
+        cp.nonzero_pages(a)
+    with pytest.raises(ValueError, match=r"C- or Fortran-contiguous buffer.*strided"):
+        cp.clear_pages(a, [0])
+    with pytest.raises(ValueError, match=r"C- or Fortran-contiguous buffer.*strided"):
+        cp.clear_pages(memoryview(bytearray(8192))[::2], [0])
+    assert a.all()
+
+
 def test_nonzero_pages_of_a_region_count_its_pages_as_clear_pages_does():
     with cp.Region(4 << 20, page_size="2m") as r:
         memoryview(r)[(2 << 20) + 5] = 1

@@ -746,6 +746,25 @@ static int pages_tensor(PyObject *buf, struct dlpack_view *dv, int nthreads)
     return -1;
 }
 
+/* A writable buffer declined as a simple one (acquire_writable, whose
+ * check of its items has passed) that is still one extent: C- or
+ * Fortran-contiguous, as nonzero_pages takes it, its pages numbered from
+ * its first byte in memory.  0 with *view held; 1 when it is not (or is
+ * refused again); -1 with an error set. */
+static int acquire_one_extent(PyObject *buf, Py_buffer *view)
+{
+    if (entry_get_buffer(buf, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) == 0) {
+        if (PyBuffer_IsContiguous(view, 'A'))
+            return 0;
+        PyBuffer_Release(view);
+        return 1;
+    }
+    if (!is_refusal())
+        return -1;
+    PyErr_Clear();
+    return 1;
+}
+
 static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                                 int strict)
 {
@@ -789,6 +808,8 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
     }
     if (held == NOTHING) {
         got = acquire_writable(buf, &view, &err, -1);
+        if (got > 0 && (got = acquire_one_extent(buf, &view)) == 0)
+            Py_CLEAR(err);
         decline = got > 0;
         if (got != 0)
             goto release;

@@ -347,8 +347,8 @@ PyObject *fast_nonzero_pages(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     if (tensor ? dv.nextents != 0 : view.strides && !PyBuffer_IsContiguous(&view, 'A')) {
-        PyErr_Format(PyExc_ValueError, "nonzero_pages needs a contiguous %s; this one is "
-                     "strided", tensor ? "tensor" : "buffer");
+        PyErr_Format(PyExc_ValueError, "nonzero_pages needs a %s; this one is strided",
+                     tensor ? "contiguous tensor" : "C- or Fortran-contiguous buffer");
         goto done;
     }
     size_t n = (size_t)view.len;
