@@ -297,11 +297,19 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
     why = []
     streaming = next((m for m in STREAMING_PREFERENCE if usable(m, cpu, built)), None)
     if streaming is None:
-        # A portable build: memset is all there is.
-        only = "memset is the only routine in this build"
+        # A portable build: memset is all there is.  (Or CLEARPAGES_DISABLE
+        # masks every feature a streaming routine needs, sse2 among them:
+        # memset then, as in a portable build.)
+        if built <= {"libc"}:
+            none, only = ("no streaming routine in this build",
+                          "memset is the only routine in this build")
+        else:
+            none = ("no streaming routine: CLEARPAGES_DISABLE masks every feature one "
+                    "needs (%s)" % ", ".join(sorted(cpu.disabled)))
+            only = "memset, as in a portable build: %s" % none
         return Thresholds(vector_max=NEVER, nt_min=NEVER, temporal="libc",
                           streaming="libc",
-                          why=(("streaming", "no streaming routine in this build"),
+                          why=(("streaming", none),
                                ("vector_max", only), ("nt_min", only), ("temporal", only)))
     why.append(("streaming", "%s: the widest streaming store this CPU has" % streaming))
 

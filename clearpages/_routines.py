@@ -49,7 +49,7 @@ ROUTINES: tuple[Routine, ...] = (
          "rep stosq: 8-byte string store, the pre-ERMS kernel clear_page_rep"),
     _asm("mov_loop", (), True,
          "unrolled 8-byte mov stores, the kernel's clear_page_orig shape"),
-    _asm("movnti", (), False,
+    _asm("movnti", ("sse2",), False,
          "movnti: 8-byte streaming stores (SSE2, every x86-64)"),
     _asm("avx2_nt", ("avx2",), False,
          "vmovntdq ymm: 32-byte streaming stores"),

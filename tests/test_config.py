@@ -31,6 +31,25 @@ def test_reload_with_empty_env_is_the_default(config):
     assert _dispatch.state().config.raw == ()
 
 
+@pytest.mark.skipif(not has("sse2"), reason="needs SSE2 to mask it")
+def test_disable_sse2_takes_movnti_and_the_sse2_scan_away(config):
+    config({"CLEARPAGES_DISABLE": "sse2"})
+    assert "sse2" in cp.cpu().disabled and "movnti" not in cp.methods()
+    assert _dispatch.state().scan != "sse2"
+    assert cp.plan(1 << 30).method != "movnti"
+    with pytest.raises(cp.UnsupportedMethod,
+                       match="movnti needs sse2, masked by CLEARPAGES_DISABLE"):
+        cp.clear(bytearray(100), method="movnti")
+    # Every streaming routine masked: memset at every size, saying why.
+    config({"CLEARPAGES_DISABLE": "sse2,avx2,avx512f,clzero"})
+    assert not {"movnti", "avx2_nt", "avx512_nt", "clzero"} & set(cp.methods())
+    assert cp.plan(1 << 30).method == "libc"
+    assert "CLEARPAGES_DISABLE masks" in cp.thresholds().reason("streaming")
+    buf = bytearray(b"\1" * (3 * MiB + 5))
+    cp.clear(buf)
+    assert not any(buf)
+
+
 @pytest.mark.skipif(not has("avx512f"), reason="needs AVX-512 to mask it")
 def test_disable_avx512(config):
     config({"CLEARPAGES_DISABLE": "avx512f"})
