@@ -126,7 +126,24 @@ class Thresholds:
         return out
 
     def reason(self, field: str) -> str:
-        return dict(self.why).get(field, self.source)
+        """Why the named threshold is where it is, in one sentence
+        (``info`` shows these): its own reason where one was given, else
+        where the thresholds came from (``source``).  field: a field of
+        these thresholds ("nt_min", "vector_max", "streaming", ...; "unit"
+        for ``chunk``) or "adapt" (the adaptive band, adapt_min..adapt_max).
+        Any other name is a KeyError that lists the known ones."""
+        names = self.reason_names()
+        if field not in names:
+            raise KeyError("no threshold is called %r; the known ones: %s"
+                           % (field, ", ".join(names)))
+        why = dict(self.why)
+        return why.get(field) or why.get("chunk" if field == "unit" else "", self.source)
+
+    def reason_names(self) -> tuple[str, ...]:
+        """The names :meth:`reason` takes."""
+        fields = tuple(f.name for f in dataclasses.fields(self) if f.name not in ("why",))
+        extra = ("unit", "adapt") + tuple(k for k, _ in self.why)
+        return fields + tuple(dict.fromkeys(k for k in extra if k not in fields))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -204,6 +204,17 @@ def test_erms_masked_falls_back_to_memset():
     assert th.long == "" and plan_method(z, 1 * GiB) == "avx2_nt"
 
 
+def test_thresholds_reason_takes_known_names_and_refuses_others():
+    th = _policy.default_thresholds(ICE, ALL)
+    assert th.reason.__doc__ and "KeyError" in th.reason.__doc__
+    for name in th.reason_names():
+        assert isinstance(th.reason(name), str) and th.reason(name), name
+    assert th.reason("unit") == th.reason("chunk")
+    for bad in ("bogus", "nt-min", ""):
+        with pytest.raises(KeyError, match=r"nt_min.*vector_max|vector_max.*nt_min"):
+            th.reason(bad)
+
+
 def test_evidence_says_never_for_a_threshold_no_clear_reaches():
     """Without ERMS vector_max is NEVER: the evidence says "never", as info
     does, not the sentinel's number."""
