@@ -119,7 +119,8 @@ class PoolStats:
     out: int                     #: the program's
     capacity: int | None         #: bytes at most, None: no bound
     #: blocks the thread keeps ready flat out now: low_water, raised by one
-    #: for each acquire that found none ready (halved each second none does)
+    #: for each acquire that found none ready (halved each second none does),
+    #: at most the blocks the capacity holds
     ready_target: int
     acquires: int                #: blocks handed out
     acquires_ready: int          #: ... ready when asked for
@@ -203,8 +204,8 @@ class Pool(PoolCore):
     blocks faster than that pace would zero them itself, on its critical
     path and with the same bandwidth: so (max_rate not 0) each acquire that
     finds no block ready raises the number the thread zeroes ready flat out
-    by one, up to 64 MiB of blocks, and each second without such an
-    acquire halves the rise (``stats().ready_target``).
+    by one, up to 64 MiB of blocks and never past the capacity, and each
+    second without such an acquire halves the rise (``stats().ready_target``).
 
     fork: what a forked child sees (the child has no pool thread and its
     copy of the Pool hands out nothing): "keep" (default: blocks it holds

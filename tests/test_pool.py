@@ -388,6 +388,31 @@ def test_the_thread_zeroes_what_comes_back():
             blk.release()
 
 
+def test_the_blocks_kept_ready_never_exceed_the_capacity():
+    """Threads that outnumber the blocks miss often; each miss raises the
+    number kept ready flat out, but never past what the capacity holds (a
+    target above it could never be met, and kept the thread flat out)."""
+    with cp.Pool("64K", page_size="4k", capacity="256K", low_water=1) as pool:
+        limit = pool.capacity // pool.block_size
+        seen = []
+
+        def work():
+            for _ in range(60):
+                with pool.acquire() as blk:
+                    memoryview(blk)[0] = 1
+                    time.sleep(0.001)           # held a while: the others miss
+                seen.append(pool.stats().ready_target)
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        st = pool.stats()
+        assert st.acquires_waited > limit        # enough misses to have gone past it
+        assert max(seen + [st.ready_target]) <= limit, (max(seen), limit)
+
+
 def test_paced_zeroing_is_reported():
     # Blocks made ready first, so that no acquire finds none ready (which
     # would raise the number kept ready flat out).

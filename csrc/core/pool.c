@@ -178,12 +178,21 @@ static size_t low_water(struct cp_pool *p)
     return atomic_load_explicit(&p->low_water, memory_order_relaxed);
 }
 
+/* The blocks the thread keeps ready flat out: low_water and its rise,
+ * never more than the pool may hold (a target it could never meet would
+ * keep it flat out for good). */
+static size_t ready_target(struct cp_pool *p)
+{
+    size_t t = low_water(p) + __atomic_load_n(&p->boost, __ATOMIC_RELAXED);
+    return p->cfg.max_blocks && t > p->cfg.max_blocks ? p->cfg.max_blocks : t;
+}
+
 /* The thread (or a waiting caller) wants work done now, not at the pace:
  * someone waits, or fewer blocks are ready than low_water and its rise. */
 static int in_demand(struct cp_pool *p)
 {
     return atomic_load_explicit(&p->waiters, memory_order_relaxed) > 0
-        || load_count(p, READY) < low_water(p) + __atomic_load_n(&p->boost, __ATOMIC_RELAXED);
+        || load_count(p, READY) < ready_target(p);
 }
 
 static int may_grow(const struct cp_pool *p);
@@ -230,10 +239,13 @@ static void nudge_thread(struct cp_pool *p)
 }
 
 /* A caller found no block ready (lock held).  At max_rate 0 the program
- * asked for blocks zeroed only when needed: no rise then. */
+ * asked for blocks zeroed only when needed: no rise then; nor past
+ * boost_max, or past what the capacity holds (the rise would only build up
+ * and take longer to decay). */
 static void missed(struct cp_pool *p, uint64_t now)
 {
-    if (p->boost < p->boost_max && atomic_load(&p->max_rate))
+    if (p->boost < p->boost_max && atomic_load(&p->max_rate)
+        && (!p->cfg.max_blocks || low_water(p) + p->boost < p->cfg.max_blocks))
         __atomic_store_n(&p->boost, p->boost + 1, __ATOMIC_RELAXED);
     p->last_miss = now;
 }
@@ -902,7 +914,7 @@ void cp_pool_stats(struct cp_pool *p, struct cp_pool_stats *out)
     out->out = p->out;
     out->busy = p->nblocks - p->out - p->count[FRESH] - p->count[READY] - p->count[DIRTY];
     out->max_blocks = p->cfg.max_blocks;
-    out->ready_target = low_water(p) + p->boost;
+    out->ready_target = ready_target(p);
     out->closed = p->closed;
     out->forked = p->forked;
     pthread_mutex_unlock(&p->lock);
