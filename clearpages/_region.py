@@ -87,12 +87,12 @@ def _populate_threads_arg(threads: Any) -> int | str:
     if isinstance(threads, str) and threads.strip().lower() == "auto":
         return "auto"
     if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError("threads takes an int from 1 to %d or 'auto' (measure, then "
-                        "spread only where that pays), not %r"
-                        % (_POPULATE_MAX_THREADS, threads))
+        raise TypeError("threads takes an int from 1 to %d (the most a populate spreads "
+                        "its faults over) or 'auto' (measure, then spread only where that "
+                        "pays), not %r" % (_POPULATE_MAX_THREADS, threads))
     if not 1 <= threads <= _POPULATE_MAX_THREADS:
-        raise ValueError("threads must be from 1 to %d or 'auto', not %d"
-                         % (_POPULATE_MAX_THREADS, threads))
+        raise ValueError("threads must be from 1 to %d (the most a populate spreads its "
+                         "faults over) or 'auto', not %d" % (_POPULATE_MAX_THREADS, threads))
     return threads
 
 
@@ -745,7 +745,10 @@ class Region(RegionMemory):
         except TypeError:
             raise TypeError("address must be an int, not %r" % (address,)) from None
         self._check_open()
-        if dst <= 0 or dst % self._page:
+        if dst <= 0:
+            raise ValueError("address must be a positive multiple of the page size (%s), "
+                             "not %d" % (_fmt_size(self._page), dst))
+        if dst % self._page:
             raise ValueError("address %#x is not a multiple of the page size (%s)"
                              % (dst, _fmt_size(self._page)))
         if dst + self._size > _address_space_limit():
@@ -788,6 +791,14 @@ class Region(RegionMemory):
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Region is process memory and cannot be pickled; "
                         "pickle bytes(region) instead")
+
+    def __copy__(self) -> Any:
+        raise TypeError("a Region is process memory and cannot be copied; make another "
+                        "Region and copy the bytes (new.view()[:] = region.view()), or "
+                        "take bytes(region)")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.__copy__()
 
     def __repr__(self) -> str:
         name = getattr(self, "_page_name", "?")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import array
 import ast
+import contextlib
+import copy
+import io
 import re
 from pathlib import Path
 
@@ -115,3 +118,87 @@ def test_a_resize_while_a_call_holds_the_region_names_the_call(call):
     r.resize(128 << 10)         # once the call returned
     assert r.size == 128 << 10
     r.close()
+
+
+# ---- each message says what is wrong, with its own limit ------------------------
+
+
+def test_a_negative_move_address_says_it_must_be_positive():
+    with cp.Region(4096) as r:
+        for bad in (-1, -4096, 0):
+            with pytest.raises(ValueError, match="address must be a positive multiple of the "
+                                                 "page size"):
+                r.move_to(bad)
+        with pytest.raises(ValueError, match="not a multiple of the page size"):
+            r.move_to(r.page_size * 1024 + 1)
+
+
+def test_each_threads_limit_is_stated_as_its_own():
+    """A populate spreads over at most 64 threads, a clear runs on up to 256:
+    each message states its own limit, and the populate's says why."""
+    from clearpages.tools.lowlevel import fast
+
+    for call in (lambda: cp.Region(4096, threads=0),
+                 lambda: cp.Region(4096).populate(threads=65)):
+        with pytest.raises(ValueError, match=r"from 1 to 64 \(the most a populate spreads"):
+            call()
+    for call in (lambda: cp.clear(bytearray(1), threads=0),
+                 lambda: cp.clear(bytearray(1), threads=fast.MAX_THREADS + 1)):
+        with pytest.raises(ValueError, match="from 1 to %d" % fast.MAX_THREADS):
+            call()
+
+
+@pytest.mark.parametrize("bufs", [None, 5, 2.5])
+def test_clear_many_of_no_iterable_says_what_it_takes(bufs):
+    with pytest.raises(TypeError, match=r"clear_many takes an iterable of buffers \(a list or "
+                                        r"tuple .*\), not %s" % type(bufs).__name__):
+        cp.clear_many(bufs)
+
+
+def test_a_region_a_pool_and_a_block_cannot_be_copied():
+    with cp.Region(4096) as r:
+        for how in (copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match="a Region is process memory and cannot be "
+                                                "copied"):
+                how(r)
+    with cp.Pool("64K", page_size="4k") as pool, pool.acquire() as blk:
+        for how in (copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=r"a Pool .* cannot be copied"):
+                how(pool)
+            with pytest.raises(TypeError, match=r"a Block .* cannot be copied"):
+                how(blk)
+
+
+@pytest.mark.parametrize("buf", [bytearray(), memoryview(bytearray(8))[:0]])
+def test_a_page_of_an_empty_buffer_says_it_has_no_pages(buf):
+    with pytest.raises(cp.PageIndexError, match="it is empty, so it has no pages") as e:
+        cp.clear_pages(buf, [0])
+    assert "-1" not in str(e.value)
+
+
+def test_plan_of_one_byte_says_one_byte():
+    from clearpages.tools.cli import main
+
+    out = io.StringIO()
+    assert main(["plan", "1"], out=out) == 0
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("plan for 1 byte in one piece"), first
+    out = io.StringIO()
+    assert main(["plan", "100", "--count", "3"], out=out) == 0
+    assert "plan for 100 bytes in 3 pieces" in out.getvalue()
+    assert "33 bytes a piece" in " ".join(out.getvalue().split())
+
+
+def test_plan_refuses_more_pieces_than_bytes():
+    with pytest.raises(ValueError, match=r"count must be at most nbytes \(4\)"):
+        cp.plan(4, count=1000)
+    assert cp.plan(4, count=4).count == 4 and cp.plan(0).count == 1
+    from clearpages.tools.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["plan", "4", "--count", "1000"], out=io.StringIO()) == 2
+    assert "count must be at most nbytes" in err.getvalue()
+    # clear_many and clear_pages are not bound by it: empty pieces are fine.
+    cp.clear_many([bytearray(), bytearray(), bytearray(1)])
+    cp.clear_pages(bytearray(4096), [0, 0, 0, 0, 0])

@@ -62,7 +62,8 @@ def test_auto_on_a_small_region_keeps_one_thread():
 
 
 @pytest.mark.parametrize("threads, kind, words", [
-    ("two", TypeError, "an int from 1 to 64 or 'auto'"),
+    ("two", TypeError, r"an int from 1 to 64 \(the most a populate spreads its faults "
+                       r"over\) or 'auto'"),
     (1.0, TypeError, "an int from 1 to 64"),
     (True, TypeError, "an int"),
     (None, TypeError, "an int"),

@@ -216,6 +216,13 @@ def _plan_pool(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _bytes_text(n: int) -> str:
+    """A size in words: "1 byte", "100 bytes", "4 KiB (4096 bytes)"."""
+    if n < 1024:
+        return "%d byte%s" % (n, "" if n == 1 else "s")
+    return "%s (%d bytes)" % (_units.format_size(n), n)
+
+
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if args.pool:
         return _plan_pool(args, out)
@@ -240,10 +247,11 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if p.count == 1:
         pieces = "in one piece"
     else:
+        # plan() refuses more pieces than bytes.
         pieces = "in %d pieces: SIZE is the total, %s a piece on average" % (
-            p.count, fmt(p.nbytes // p.count) if p.nbytes >= p.count else "under 1 byte")
-    _output.say("plan for %s (%d bytes) %s, threads=%s" % (
-        fmt(p.nbytes), p.nbytes, pieces, args.threads), out)
+            p.count, _bytes_text(p.nbytes // p.count))
+    _output.say("plan for %s %s, threads=%s" % (_bytes_text(p.nbytes), pieces, args.threads),
+                out)
     _output.say("on %s" % _output.cpu_line(cpu), out)
 
     def line(label: str, text: str) -> None:

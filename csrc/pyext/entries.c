@@ -349,8 +349,18 @@ static PyObject *do_clear_many(PyObject *const *args, Py_ssize_t nargs, PyObject
     /* Our own tuple of the items (strong references): an item's __buffer__
      * or __index__ may change the caller's list while we walk it. */
     PyObject *seq = PySequence_Tuple(bufs);
-    if (!seq)
+    if (!seq) {
+        /* Not iterable at all (None, an int): say what clear_many takes. */
+        if (PyErr_ExceptionMatches(PyExc_TypeError) && !Py_TYPE(bufs)->tp_iter
+            && !PySequence_Check(bufs)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "clear_many takes an iterable of buffers (a list or tuple of "
+                         "bytearrays, numpy arrays, Regions, tensors, ...), not %.200s; to "
+                         "clear one buffer, call clear(buf)", Py_TYPE(bufs)->tp_name);
+        }
         return NULL;
+    }
     int idx = AUTO, nthreads = threads_value(threads);
     PyObject *bad = NULL, *res = NULL;
     struct views vs;
@@ -852,11 +862,16 @@ static PyObject *do_clear_pages(PyObject *const *args, Py_ssize_t nargs, PyObjec
             PyErr_NoMemory();
         } else {
             size_t n = (size_t)view.len, np = n / psize + (n % psize != 0);
-            PyErr_Format(page_index_error,
-                         "page index %lld (position %zu) is outside the buffer: it has "
-                         "%zu page%s of %zu bytes, so indices run from 0 to %lld",
-                         (long long)pl.list[bad], bad, np, np == 1 ? "" : "s", psize,
-                         (long long)np - 1);
+            if (np == 0)
+                PyErr_Format(page_index_error,
+                             "page index %lld (position %zu) is outside the buffer: it is "
+                             "empty, so it has no pages", (long long)pl.list[bad], bad);
+            else
+                PyErr_Format(page_index_error,
+                             "page index %lld (position %zu) is outside the buffer: it has "
+                             "%zu page%s of %zu bytes, so indices run from 0 to %lld",
+                             (long long)pl.list[bad], bad, np, np == 1 ? "" : "s", psize,
+                             (long long)np - 1);
         }
         goto release;
     }
