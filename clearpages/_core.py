@@ -67,19 +67,63 @@ def adaptive() -> bool:
 if TYPE_CHECKING:
     def clear(buf: Any, *, method: Method = "auto", threads: Threads = 1,
               hot: tuple[int, int] | bool | None = None) -> None:
-        """Zero every byte of a writable buffer, or of a tensor in CPU
-        memory through DLPack, in place."""
+        """Zero every byte of a writable buffer, or of a tensor in CPU memory
+        through DLPack (__dlpack__), in place.  Returns None.
+
+        buf: a bytearray, memoryview, numpy array (strided views too, extent by
+        extent), mmap, array.array, ctypes array, clearpages.Region or Block, or
+        a tensor.  method: "auto" (the policy's choice; see clearpages.plan) or a
+        name from clearpages.methods() ("discard" for a Region).  threads: an int
+        from 1 to 256, or "auto".  hot: None (the default), True (all of it is
+        used next: ordinary stores), False (not soon: streaming), or a
+        (start, stop) pair of ints, 0 <= start <= stop <= the size in bytes: that
+        range is cleared last with ordinary stores, so it is in cache when the
+        caller touches it, the rest with streaming stores.  Any hot= needs a
+        contiguous buffer or tensor (a strided one is a ValueError).
+
+        Raises TypeError for a read-only buffer, one whose items hold references
+        (object arrays), something that is no buffer or tensor, or an argument of
+        the wrong type; ValueError for a wrong value (an unknown method, threads
+        out of range, hot outside the buffer or on a strided buffer, a closed
+        Region, a buffer neither C-contiguous nor a numpy array);
+        clearpages.UnsupportedMethod for a routine this machine cannot run.  A
+        refused buffer is left unchanged."""
 
     def clear_many(bufs: Iterable[Any], *, method: Method = "auto",
                    threads: Threads = 1) -> None:
-        """Zero many buffers (and tensors in CPU memory, through DLPack) in
-        one native call."""
+        """Zero many buffers (and tensors in CPU memory) in one native call.
+        Returns None.
+
+        bufs: an iterable of what clear() takes.  The routine is chosen from the
+        total size, not each piece: a gigabyte of 4 KiB buffers is a gigabyte of
+        work.  method: "auto" or a name from clearpages.methods() ("discard": all
+        of them Regions), for every buffer.  threads: an int from 1 to 256, or
+        "auto", for the whole call.  There is no hot=: clear the buffer to keep
+        in cache with clear(buf, hot=...).
+
+        Every buffer is checked before anything is written: a refusal (the
+        errors of clear(), naming the item) leaves them all unchanged."""
 
     def clear_pages(buf: Any, pages: Any, page_size: int | str | None = None, *,
                     method: Method = "auto", threads: Threads = 1) -> None:
-        """Zero the listed pages of one buffer, or of a contiguous tensor in
-        CPU memory through DLPack (page_size: 4096, or a Region's own;
-        method="discard" hands a Region's pages back)."""
+        """Zero the listed pages of one buffer: page i is bytes
+        [i*page_size, (i+1)*page_size) of it (the last may be partial).  Returns
+        None.
+
+        buf: a writable buffer that is one extent (C- or Fortran-contiguous,
+        its pages counted from its first byte in memory, as nonzero_pages counts
+        them), a clearpages.Region, or a contiguous tensor.  pages: page indices
+        as a list, tuple, range or other iterable of ints, an array.array or
+        numpy integer array (1-D), or what nonzero_pages returns; repeated pages
+        are cleared once.  page_size: an int or a size string such as "64K" or
+        "2M" (None: 4096, or a Region's own page size).  method: "auto", a name
+        from clearpages.methods(), or "discard" (a Region: its pages are handed
+        back to the kernel).  threads: an int from 1 to 256, or "auto".
+
+        The pages are merged into extents in C and cleared in one native call.
+        An index outside the buffer raises clearpages.PageIndexError (an
+        IndexError and a ValueError) before anything is written; a strided
+        buffer is a ValueError; otherwise the errors of clear()."""
 else:
     clear = _fast.clear
     clear_many = _fast.clear_many

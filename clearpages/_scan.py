@@ -52,7 +52,14 @@ if TYPE_CHECKING:
     import array
 
     def is_zero(buf: Any, *, threads: int | str = 1) -> bool:
-        """True when every byte of a readable buffer is zero."""
+        """True when every byte of a readable buffer (or a tensor in CPU memory) is
+        zero (a bool).  Reads nothing more than it must: the first, last and
+        middle bytes first, then the rest until a nonzero byte is seen; writes
+        nothing.  Read-only and strided buffers are fine.
+
+        threads: an int from 1 to 256, or "auto" (the threads a clear of that
+        size gets); 1 by default.  Spreading a scan helps only where a core is
+        idle."""
 
     def nonzero_pages(buf: Any, page_size: int | str | None = None, *,
                       threads: int | str = 1) -> array.array[int]:

@@ -174,3 +174,40 @@ def test_the_readme_says_when_checking_first_pays(readme):
     assert "**When checking first pays.**" in text
     for case in ("never touched", "copy-on-write", "bench --scan"):
         assert case in text.split("**When checking first pays.**", 1)[1][:1500], case
+
+
+# ---- help(): the public calls' docstrings -----------------------------------
+
+
+def test_the_calls_say_what_they_return_take_and_raise():
+    clear = cp.clear.__doc__ or ""
+    for words in ("Returns None", "TypeError", "ValueError", "UnsupportedMethod",
+                  "(start, stop)", "contiguous", "from 1 to 256"):
+        assert words in clear, words
+    many = " ".join((cp.clear_many.__doc__ or "").split())
+    for words in ("Returns None", "method:", "threads:", "There is no hot=",
+                  "before anything is written"):
+        assert words in many, words
+    assert "threads:" in (cp.is_zero.__doc__ or "")
+    pages = " ".join((cp.clear_pages.__doc__ or "").split())
+    for words in ("list, tuple, range", "array.array", "numpy integer array",
+                  'size string such as "64K" or "2M"', "PageIndexError", "Fortran"):
+        assert words in pages, words
+
+
+def test_the_type_checking_stubs_carry_the_native_docstrings():
+    """_core's and _scan's stubs (what an editor shows from the sources)
+    say what help() says."""
+    import ast
+    import inspect
+
+    from clearpages import _core, _scan
+
+    for module, names in ((_core, ("clear", "clear_many", "clear_pages")),
+                          (_scan, ("is_zero",))):
+        tree = ast.parse(inspect.getsource(module))
+        stubs = {n.name: ast.get_docstring(n) for n in ast.walk(tree)
+                 if isinstance(n, ast.FunctionDef) and n.name in names}
+        for name in names:
+            native = inspect.cleandoc(getattr(cp, name).__doc__ or "")
+            assert stubs.get(name) == native, name

@@ -37,27 +37,68 @@ PyObject *s_auto, *default_threads;
 
 static PyMethodDef module_methods[] = {
     {"clear", (PyCFunction)(void (*)(void))fast_clear, FASTCALL_KW,
-     "clear(buf, *, method=\"auto\", threads=1, hot=None)\n--\n\n"
+     "clear(buf, *, method=\"auto\", threads=1, hot=None)\n"
+     "--\n"
+     "\n"
      "Zero every byte of a writable buffer, or of a tensor in CPU memory\n"
-     "through DLPack (__dlpack__), in place.\n\n"
-     "method: \"auto\" or a name from clearpages.methods() (\"discard\" for a\n"
-     "Region).  threads: an int >= 1 or \"auto\".  hot: True (all of it is used\n"
-     "next: ordinary stores), False (not soon: streaming), or a (start, stop) byte\n"
-     "range cleared last with ordinary stores, so it is in cache when the\n"
-     "caller touches it; the rest is cleared with streaming stores."},
+     "through DLPack (__dlpack__), in place.  Returns None.\n"
+     "\n"
+     "buf: a bytearray, memoryview, numpy array (strided views too, extent by\n"
+     "extent), mmap, array.array, ctypes array, clearpages.Region or Block, or\n"
+     "a tensor.  method: \"auto\" (the policy's choice; see clearpages.plan) or a\n"
+     "name from clearpages.methods() (\"discard\" for a Region).  threads: an int\n"
+     "from 1 to 256, or \"auto\".  hot: None (the default), True (all of it is\n"
+     "used next: ordinary stores), False (not soon: streaming), or a\n"
+     "(start, stop) pair of ints, 0 <= start <= stop <= the size in bytes: that\n"
+     "range is cleared last with ordinary stores, so it is in cache when the\n"
+     "caller touches it, the rest with streaming stores.  Any hot= needs a\n"
+     "contiguous buffer or tensor (a strided one is a ValueError).\n"
+     "\n"
+     "Raises TypeError for a read-only buffer, one whose items hold references\n"
+     "(object arrays), something that is no buffer or tensor, or an argument of\n"
+     "the wrong type; ValueError for a wrong value (an unknown method, threads\n"
+     "out of range, hot outside the buffer or on a strided buffer, a closed\n"
+     "Region, a buffer neither C-contiguous nor a numpy array);\n"
+     "clearpages.UnsupportedMethod for a routine this machine cannot run.  A\n"
+     "refused buffer is left unchanged."},
     {"clear_many", (PyCFunction)(void (*)(void))fast_clear_many, FASTCALL_KW,
-     "clear_many(bufs, *, method=\"auto\", threads=1)\n--\n\n"
-     "Zero many buffers (and tensors in CPU memory) in one native call.\n\n"
-     "The routine is chosen from the total size, not each piece: a gigabyte of\n"
-     "4 KiB buffers is a gigabyte of work.  Every buffer is checked before\n"
-     "anything is written."},
+     "clear_many(bufs, *, method=\"auto\", threads=1)\n"
+     "--\n"
+     "\n"
+     "Zero many buffers (and tensors in CPU memory) in one native call.\n"
+     "Returns None.\n"
+     "\n"
+     "bufs: an iterable of what clear() takes.  The routine is chosen from the\n"
+     "total size, not each piece: a gigabyte of 4 KiB buffers is a gigabyte of\n"
+     "work.  method: \"auto\" or a name from clearpages.methods() (\"discard\": all\n"
+     "of them Regions), for every buffer.  threads: an int from 1 to 256, or\n"
+     "\"auto\", for the whole call.  There is no hot=: clear the buffer to keep\n"
+     "in cache with clear(buf, hot=...).\n"
+     "\n"
+     "Every buffer is checked before anything is written: a refusal (the\n"
+     "errors of clear(), naming the item) leaves them all unchanged."},
     {"clear_pages", (PyCFunction)(void (*)(void))fast_clear_pages, FASTCALL_KW,
-     "clear_pages(buf, pages, page_size=None, *, method=\"auto\", threads=1)\n--\n\n"
-     "Zero the listed pages of one buffer: page i is\n"
-     "buf[i*page_size:(i+1)*page_size] (page_size None: 4096, or a Region's own).\n\n"
-     "The pages are merged into extents in C and cleared in one native call;\n"
-     "repeated pages are cleared once; an index outside the buffer raises\n"
-     "PageIndexError before anything is written."},
+     "clear_pages(buf, pages, page_size=None, *, method=\"auto\", threads=1)\n"
+     "--\n"
+     "\n"
+     "Zero the listed pages of one buffer: page i is bytes\n"
+     "[i*page_size, (i+1)*page_size) of it (the last may be partial).  Returns\n"
+     "None.\n"
+     "\n"
+     "buf: a writable buffer that is one extent (C- or Fortran-contiguous,\n"
+     "its pages counted from its first byte in memory, as nonzero_pages counts\n"
+     "them), a clearpages.Region, or a contiguous tensor.  pages: page indices\n"
+     "as a list, tuple, range or other iterable of ints, an array.array or\n"
+     "numpy integer array (1-D), or what nonzero_pages returns; repeated pages\n"
+     "are cleared once.  page_size: an int or a size string such as \"64K\" or\n"
+     "\"2M\" (None: 4096, or a Region's own page size).  method: \"auto\", a name\n"
+     "from clearpages.methods(), or \"discard\" (a Region: its pages are handed\n"
+     "back to the kernel).  threads: an int from 1 to 256, or \"auto\".\n"
+     "\n"
+     "The pages are merged into extents in C and cleared in one native call.\n"
+     "An index outside the buffer raises clearpages.PageIndexError (an\n"
+     "IndexError and a ValueError) before anything is written; a strided\n"
+     "buffer is a ValueError; otherwise the errors of clear()."},
     {"clear_exact", (PyCFunction)(void (*)(void))fast_clear_exact, FASTCALL_KW,
      "clear with normalized arguments (from the Python side); never declines."},
     {"clear_many_exact", (PyCFunction)(void (*)(void))fast_clear_many_exact, FASTCALL_KW,
@@ -97,10 +138,17 @@ static PyMethodDef module_methods[] = {
      "min_bytes leave never-touched private anonymous pages alone (the\n"
      "configured policy's untouched_min; 0: never look); for benchmarks."},
     {"is_zero", (PyCFunction)(void (*)(void))fast_is_zero, FASTCALL_KW,
-     "is_zero(buf, *, threads=1)\n--\n\n"
-     "True when every byte of a readable buffer is zero (a bool).  Reads nothing\n"
-     "more than it must: the first, last and middle bytes first, then the\n"
-     "rest until a nonzero byte is seen; writes nothing."},
+     "is_zero(buf, *, threads=1)\n"
+     "--\n"
+     "\n"
+     "True when every byte of a readable buffer (or a tensor in CPU memory) is\n"
+     "zero (a bool).  Reads nothing more than it must: the first, last and\n"
+     "middle bytes first, then the rest until a nonzero byte is seen; writes\n"
+     "nothing.  Read-only and strided buffers are fine.\n"
+     "\n"
+     "threads: an int from 1 to 256, or \"auto\" (the threads a clear of that\n"
+     "size gets); 1 by default.  Spreading a scan helps only where a core is\n"
+     "idle."},
     {"nonzero_pages", (PyCFunction)(void (*)(void))fast_nonzero_pages, FASTCALL_KW,
      "nonzero_pages(buf, page_size=None, *, threads=1)\n--\n\n"
      "The indices of the pages of a contiguous buffer that hold a nonzero\n"
