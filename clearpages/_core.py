@@ -479,17 +479,13 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
     adaptive auto has learned.
 
     count: the number of pieces the nbytes are split into (as clear_many
-    and clear_pages see their total), from 1 to nbytes (a ValueError past
-    that: a piece holds at least a byte)."""
+    and clear_pages see their total); more pieces than bytes describes
+    clear_many of empty pieces."""
     nbytes = _units.parse_size(nbytes, "nbytes")
     if isinstance(count, bool) or not isinstance(count, int):
         raise TypeError("count must be an int >= 1, not %s" % _kind(count))
     if count < 1:
         raise ValueError("count must be an int >= 1, not %r" % (count,))
-    if count > 1 and count > nbytes:
-        raise ValueError("count must be at most nbytes (%d): count is the number of pieces "
-                         "the nbytes are split into, each at least a byte, not %d"
-                         % (nbytes, count))
     threads = _check_threads(threads)
     if hot is not None:
         if count != 1:

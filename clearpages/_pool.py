@@ -17,6 +17,7 @@ messages.
 from __future__ import annotations
 
 import errno
+import math
 import operator
 import os
 from dataclasses import dataclass
@@ -73,12 +74,17 @@ def _rate_arg(max_rate: Any) -> int:
         return DEFAULT_MAX_RATE
     if isinstance(max_rate, str) and max_rate.strip().lower() == "max":
         return _NO_LIMIT
+    if isinstance(max_rate, float) and not isinstance(max_rate, bool):
+        if math.isinf(max_rate) and max_rate > 0:
+            return _NO_LIMIT
+        if not (max_rate >= 0) or max_rate != int(max_rate):
+            raise ValueError("max_rate must be a whole number of bytes a second >= 0, "
+                             "'max' or None, not %r" % (max_rate,))
+        max_rate = int(max_rate)
     if not (_is_int(max_rate) or isinstance(max_rate, str)):
-        # A float too, as for every count the package takes (5e8: write
-        # 500_000_000 or "500M"; inf: "max").
         raise TypeError("max_rate takes bytes a second (an int, or a string such as '2G'), "
                         "'max' (no limit), 0 (zero only below low_water) or None (the "
-                        "default pace), not %s %r" % (type(max_rate).__name__, max_rate))
+                        "default pace), not %s" % type(max_rate).__name__)
     return min(_parse_size(max_rate, "max_rate"), _NO_LIMIT - 1)
 
 
@@ -223,7 +229,7 @@ class Pool(PoolCore):
     DEFAULT_MAX_RATE = DEFAULT_MAX_RATE
 
     def __init__(self, block_size: int | str, *, capacity: int | str | None = None,
-                 page_size: str | int = "auto", max_rate: int | str | None = None,
+                 page_size: str | int = "auto", max_rate: int | str | float | None = None,
                  low_water: int = 1, fork: str = "keep", debug: bool | None = None) -> None:
         size = _size_arg(block_size, "block_size")
         if not (isinstance(page_size, str) or _is_int(page_size)):
@@ -350,7 +356,7 @@ class Pool(PoolCore):
             closed=bool(s["closed"]), forked=bool(s["forked"]),
             error=os.strerror(s["error"]) if s["error"] else None)
 
-    def set_pace(self, *, max_rate: int | str | None = None,
+    def set_pace(self, *, max_rate: int | str | float | None = None,
                  low_water: int | None = None) -> None:
         """Change the pace: max_rate as in Pool() (None: the default pace) and
         low_water (None: as it is)."""

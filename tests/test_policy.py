@@ -412,8 +412,6 @@ def test_plan_follows_the_rules(config, env):
     for n in sorted(x for x in sizes if 0 <= x <= _config.MAX_SIZE):
         assert cp.plan(n) == cp.plan(n, count=1, threads=1)
         for count in (1, 3, 4096):
-            if 1 < count > n:
-                continue        # plan refuses more pieces than bytes
             for threads in (1, 2, 7, "auto"):
                 p = cp.plan(n, count=count, threads=threads)
                 want = _threads_by_rule(th, st.cpu.cores, n, threads, count)

@@ -247,9 +247,9 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if p.count == 1:
         pieces = "in one piece"
     else:
-        # plan() refuses more pieces than bytes.
         pieces = "in %d pieces: SIZE is the total, %s a piece on average" % (
-            p.count, _bytes_text(p.nbytes // p.count))
+            p.count, _bytes_text(p.nbytes // p.count) if p.nbytes >= p.count
+            else "under 1 byte")
     _output.say("plan for %s %s, threads=%s" % (_bytes_text(p.nbytes), pieces, args.threads),
                 out)
     _output.say("on %s" % _output.cpu_line(cpu), out)
