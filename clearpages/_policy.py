@@ -171,6 +171,9 @@ class Plan:
     """The clear first looks for pages never touched and leaves them alone
     (see UNTOUCHED_MIN); ``untouched`` says why or why not."""
     untouched: str = ""
+    one_by_one: bool = False
+    """The pieces are cleared one by one as they come, on the calling thread
+    (under PIECE_FINE a piece on average), not as a job in time slices."""
 
     @property
     def unit(self) -> int:
@@ -476,6 +479,9 @@ class Decision(NamedTuple):
     learned: int = 0
     """The learner's own reason code for the role it runs (CP_LEARNED_NONE
     from the policy)."""
+    one_by_one: bool = False
+    """Pieces under PIECE_FINE on average, on one thread: cleared one by one
+    as they come, not as a job."""
 
 
 def hot_hint(hot: int | bool | None) -> tuple[int, int]:
@@ -509,7 +515,7 @@ def decision(policy: Any, nbytes: int, count: int = 1, threads: Threads = 1,
                     (ROUTINES[out.roles[0]].name, ROUTINES[out.roles[1]].name),
                     int(out.hot_nbytes), bool(out.skip_untouched), int(out.why),
                     int(out.hot_why), int(out.threads_why), int(out.adapt_why),
-                    int(out.untouched_why), int(out.learned))
+                    int(out.untouched_why), int(out.learned), bool(out.one_by_one))
 
 
 def plan(cpu: CPU, th: Thresholds, nbytes: int, count: int = 1, *,
@@ -670,4 +676,5 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
                 count=count, hot_method=d.hot_method,
                 evidence=_evidence(th, *(HOT_EVIDENCE[d.hot_why] + fields + thread_fields)),
                 skips_untouched=d.skip_untouched,
-                untouched=UNTOUCHED_REASONS[d.untouched_why].format(**figures))
+                untouched=UNTOUCHED_REASONS[d.untouched_why].format(**figures),
+                one_by_one=d.one_by_one)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .. import __version__, _adapt, _calibration, _config, _core, _dispatch, _policy, _units
+from .. import __version__, _adapt, _calibration, _config, _core, _dispatch, _units
 from .._routines import BY_NAME
 from . import (
     calibrate as _calibrate,
@@ -262,7 +262,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     line("threads", str(p.threads))
     if p.count == 1 and p.threads == 1 and p.nbytes <= p.unit:
         line("work", "one call of the routine over all %s" % fmt(p.nbytes))
-    elif p.count > 1 and p.threads == 1 and p.nbytes // p.count < _policy.PIECE_FINE:
+    elif p.one_by_one:
         line("work", "the pieces one by one as they come, on the calling thread, with a "
                      "look at the clock every 16384 pieces for the 40 ms slices")
     else:

@@ -147,6 +147,7 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
     out->hot_nbytes = 0;
     out->hot_why = CP_HOT_PART_NONE;
     out->learned = CP_LEARNED_NONE;
+    out->one_by_one = 0;
     if (hot == CP_POLICY_NOT_SOON) {
         /* Not used soon: the routine of a hot= clear's rest, over it all. */
         out->routine = p->forced >= 0 ? p->forced
@@ -199,6 +200,9 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
             out->threads = 1;           /* cleared as they come, on the calling thread */
             out->threads_why = CP_THREADS_SMALL_PIECES;
         }
+        /* A named routine too: a job's bookkeeping costs more than such a
+         * piece's clear, whoever chose the routine. */
+        out->one_by_one = out->threads == 1 && small_pieces(nbytes, count);
         if (method == CP_POLICY_AUTO) {
             out->routine = route(p, nbytes, count, out->threads, &out->why);
         } else {

@@ -126,6 +126,9 @@ struct cp_decision {
      * CP_LEARNER_*, CP_UNTOUCHED_* (above). */
     int why, hot_why, threads_why, adapt_why, untouched_why;
     int learned;                /* the learner's, CP_LEARNED_NONE from the policy */
+    int one_by_one;             /* 1: pieces under CP_POLICY_PIECE_FINE on average, on
+                                   one thread: cleared one by one as they come, not
+                                   as a job */
 };
 
 /* The decision for nbytes in count pieces (count 0: as 1).  method: a

@@ -152,7 +152,7 @@ PyObject *fast_set_debug_hook(PyObject *self, PyObject *hook)
 /* decide(nbytes, count=1, threads=1, method="auto", hot=None) -> (routine,
  * threads, unit, hot routine or None, adaptive, (temporal role, streaming
  * role), hot range's length, skip_untouched, why, hot_why, threads_why,
- * adapt_why, untouched_why, learned): what a call over nbytes in count
+ * adapt_why, untouched_why, learned, one_by_one): what a call over nbytes in count
  * pieces runs and the rules that chose it (the reason codes of
  * core/policy.h), from the policy every call follows; hot: None, True,
  * False or the hot range's length.  plan() reports it. */
@@ -186,14 +186,15 @@ PyObject *fast_decide(PyObject *self, PyObject *args)
         hint = native->policy_hot_all(&config.policy, NULL, (size_t)n);
     struct cp_decision d;
     decide((size_t)n, (size_t)count, idx, t, hint, (size_t)hot_n, &d);
-    return Py_BuildValue("(OinOO(OO)nOiiiiii)", config.r[d.routine].name, d.threads,
+    return Py_BuildValue("(OinOO(OO)nOiiiiiiO)", config.r[d.routine].name, d.threads,
                          (Py_ssize_t)d.unit,
                          d.hot_routine >= 0 ? config.r[d.hot_routine].name : Py_None,
                          d.adaptive ? Py_True : Py_False,
                          config.r[d.roles[CP_ADAPT_TEMPORAL]].name,
                          config.r[d.roles[CP_ADAPT_STREAMING]].name, (Py_ssize_t)d.hot_nbytes,
                          d.skip_untouched ? Py_True : Py_False, d.why, d.hot_why,
-                         d.threads_why, d.adapt_why, d.untouched_why, d.learned);
+                         d.threads_why, d.adapt_why, d.untouched_why, d.learned,
+                         d.one_by_one ? Py_True : Py_False);
 }
 
 PyObject *fast_settings(PyObject *self, PyObject *unused)

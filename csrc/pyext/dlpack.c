@@ -446,6 +446,16 @@ static void set_refusal(PyObject *obj, const char *fmt, const char *what)
     PyErr_Format(PyExc_TypeError, fmt, Py_TYPE(obj)->tp_name, what);
 }
 
+/* The view takes the extents' arrays (freed by dlpack_release). */
+static void view_take_extents(struct dlpack_view *v, const struct strided_extents *r)
+{
+    v->base = r->base;
+    v->len = r->len;
+    v->addrs = r->addrs;
+    v->lens = r->lens;
+    v->nextents = r->nextents;
+}
+
 /* The bytes the tensor covers (strided.c): one extent, or a list of them.
  * Elements that share bytes (stride 0, overlapping strides) are covered
  * once, so a tensor costs what its storage does whatever its shape says. */
@@ -469,8 +479,12 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
     int status = strided_layout_new(t->data, t->byte_offset, t->ndim, t->shape, t->strides,
                                     (int64_t)v->itemsize, v->itemsize, &s, &len, &count);
     struct strided_extents r = {0};
-    if (status == STRIDED_OK && clear_is_fine((size_t)len, (size_t)count, 1)) {
-        /* Small extents: listed only if a caller asks (dlpack_list_extents). */
+    struct cp_decision d;
+    if (status == STRIDED_OK)
+        decide((size_t)len, (size_t)count, AUTO, 1, 0, 0, &d);
+    if (status == STRIDED_OK && d.one_by_one) {
+        /* Small extents, which a clear takes one by one as the layout is
+         * walked: listed only if a caller asks (dlpack_list_extents). */
         v->base = NULL;
         v->len = (size_t)len;
         v->nextents = (size_t)count;
@@ -505,11 +519,7 @@ static int tensor_extents(PyObject *obj, const DLTensor *t, struct dlpack_view *
                      "would not fit in memory", Py_TYPE(obj)->tp_name);
         return -1;
     }
-    v->base = r.base;
-    v->len = r.len;
-    v->addrs = r.addrs;
-    v->lens = r.lens;
-    v->nextents = r.nextents;
+    view_take_extents(v, &r);
     return 0;
 }
 
@@ -758,10 +768,6 @@ int dlpack_list_extents(struct dlpack_view *v)
         v->len = 0;
         return buffer_layout_error("", status);
     }
-    v->base = r.base;
-    v->len = r.len;
-    v->addrs = r.addrs;
-    v->lens = r.lens;
-    v->nextents = r.nextents;
+    view_take_extents(v, &r);
     return 0;
 }

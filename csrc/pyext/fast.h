@@ -161,9 +161,6 @@ int clear_extent(char *dst, size_t n, int idx, int threads);
 int clear_with_hot(char *base, size_t n, size_t start, size_t stop, int idx, int threads);
 int clear_whole(char *base, size_t n, int idx, int threads, int hint);
 int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, int threads);
-/* Whether extents of total bytes in count pieces on threads (0: auto) are
- * cleared one by one as they come, not as a job (they are small). */
-int clear_is_fine(size_t total, size_t count, int threads);
 struct strided_layout;
 int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, int threads);
 int run_decided(struct cp_job *job, size_t total, size_t count, int idx, int threads);

@@ -320,44 +320,27 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
 
 /* Extents this short on average (a strided view of small elements: a
  * column of a matrix, every other byte) are cleared one by one on the
- * calling thread as they are listed or walked, not as a job: a job's
- * bookkeeping (a sorted copy of the list, a position per extent, a unit
- * loop around each routine call) costs tens of nanoseconds an extent, more
- * than the clear of an element, and a walked layout needs no list at all.
- * With method "auto" they get ordinary stores (inline up to 16 bytes, else
- * memset): a streaming store of part of a cache line costs more than it
- * saves.  A named routine is called for each extent, fenced once at the end. */
-#define FINE_MAX CP_POLICY_PIECE_FINE
+ * calling thread as they are listed or walked, not as a job, where the
+ * policy says so (cp_decision.one_by_one: under CP_POLICY_PIECE_FINE a
+ * piece, one thread): a job's bookkeeping (a sorted copy of the list, a
+ * position per extent, a unit loop around each routine call) costs tens of
+ * nanoseconds an extent, more than the clear of an element, and a walked
+ * layout needs no list at all.  The policy's memset runs inline (stores of
+ * a size the compiler knows, for elements of 1-64 bytes in rows); a named
+ * routine is called for each extent, fenced once at the end. */
 /* Extents between looks at the clock, for the slice's end. */
 #define FINE_CHECK 16384u
 /* A list with an extent longer than this is a job however short the rest. */
-#define FINE_LONG (64u * FINE_MAX)
-
-int clear_is_fine(size_t total, size_t count, int threads)
-{
-    return count > 1 && total / count < FINE_MAX && threads <= 1;
-}
+#define FINE_LONG (64u * CP_POLICY_PIECE_FINE)
 
 struct fine {
-    cp_clear_fn fn;             /* NULL: ordinary stores */
-    struct routine r;           /* a named routine, held (r.name NULL for auto) */
+    cp_clear_fn fn;             /* NULL: memset, inline */
+    struct routine r;           /* the routine decided, held */
     size_t total;
     PyThreadState *ts;          /* the GIL let go (NULL: held throughout) */
     uint64_t deadline;
     size_t since;               /* extents since the clock was read */
 };
-
-static inline void zero_small(char *p, size_t n)
-{
-    switch (n) {
-    case 1: memset(p, 0, 1); return;
-    case 2: memset(p, 0, 2); return;
-    case 4: memset(p, 0, 4); return;
-    case 8: memset(p, 0, 8); return;
-    case 16: memset(p, 0, 16); return;
-    default: memset(p, 0, n); return;
-    }
-}
 
 /* Between slices: the GIL taken back, the hook, the signal handlers (which
  * may raise: then the clear stops, -1). */
@@ -372,6 +355,17 @@ static int fine_pause(struct fine *f)
     return rc ? -1 : 0;
 }
 
+/* n more extents cleared: past FINE_CHECK of them, a look at the clock, and
+ * a pause where the slice is over.  1: stop (an error is set). */
+static int fine_tick(struct fine *f, size_t n)
+{
+    f->since += n;
+    if (f->since < FINE_CHECK)
+        return 0;
+    f->since = 0;
+    return native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0;
+}
+
 static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t n)
 {
     struct fine *f = ctx;
@@ -380,15 +374,9 @@ static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t 
             f->fn(addrs[i], lens[i]);
     } else {
         for (size_t i = 0; i < n; i++)
-            zero_small(addrs[i], lens[i]);
+            memset(addrs[i], 0, lens[i]);
     }
-    f->since += n;
-    if (f->since >= FINE_CHECK) {
-        f->since = 0;
-        if (native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0)
-            return 1;
-    }
-    return 0;
+    return fine_tick(f, n);
 }
 
 /* A row of n extents of len bytes, stride apart: a loop of stores of a
@@ -419,12 +407,8 @@ static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n)
         }
         p += m * stride;
         n -= m;
-        f->since += m;
-        if (f->since >= FINE_CHECK) {
-            f->since = 0;
-            if (native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0)
-                return 1;
-        }
+        if (fine_tick(f, m))
+            return 1;
     }
     return 0;
 }
@@ -436,25 +420,19 @@ static void fine_fence(void)
 #endif
 }
 
-/* Clear extents one by one with routine idx (AUTO: as the policy decides
- * for count pieces of total bytes, memset), by walk(ctx, visit, fine) or,
- * walk NULL, from the list (addrs, lens, n).  The GIL is let go for a total of gil_min or more;
+/* Clear extents one by one with the routine decided (d->routine), by
+ * walk(ctx, visit, fine) or, walk NULL, from the list (addrs, lens, n):
+ * total bytes in all.  The GIL is let go for a total of gil_min or more;
  * signals are looked at each slice.  0, or -1 with an error set. */
 typedef int (*fine_walk)(void *ctx, strided_visit visit, void *fine);
 
 static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, size_t n,
-                      size_t count, size_t total, int idx)
+                      size_t total, const struct cp_decision *d)
 {
     struct fine f = {0};
     f.total = total;
-    if (idx == AUTO) {
-        struct cp_decision d;
-        decide(total, count, AUTO, 1, 0, 0, &d);
-        idx = d.routine;
-    }
-    f.r = routine_take(idx);
-    /* memset: the compiler's, inline where the length is an element's. */
-    f.fn = idx == config.policy.memset ? NULL : f.r.job_fn;
+    f.r = routine_take(d->routine);
+    f.fn = d->routine == config.policy.memset ? NULL : f.r.job_fn;
     int stopped = fine_pause(&f);       /* the hook's first "slice" */
     if (!stopped) {
         if (total >= config.gil_min)
@@ -483,13 +461,15 @@ static int walk_layout(void *ctx, strided_visit visit, void *fine)
 }
 
 /* A layout's bytes (total of them, in at most count extents): one by one
- * where they are small (clear_is_fine), else as a job from their list. */
+ * where the policy says so, else as a job from their list. */
 int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, int threads)
 {
     if (total == 0)
         return 0;
-    if (clear_is_fine(total, count, threads))
-        return clear_fine(walk_layout, s, NULL, NULL, 0, count, total, idx);
+    struct cp_decision d;
+    decide(total, count, idx, threads, 0, 0, &d);
+    if (d.one_by_one)
+        return clear_fine(walk_layout, s, NULL, NULL, 0, total, &d);
     struct strided_extents r;
     int status = strided_layout_extents(s, &r);
     if (status < 0)
@@ -505,14 +485,16 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
 {
     if (n == 0)
         return 0;
-    if (clear_is_fine(total, n, threads)) {
+    struct cp_decision d;
+    decide(total, n, idx, threads, 0, 0, &d);
+    if (d.one_by_one) {
         /* (Unless one is long: a job slices it, and streams it where the
          * policy says so.) */
         size_t i = 0;
         while (i < n && lens[i] <= FINE_LONG)
             i++;
         if (i == n)
-            return clear_fine(NULL, NULL, addrs, lens, n, n, total, idx);
+            return clear_fine(NULL, NULL, addrs, lens, n, total, &d);
     }
     struct cp_job *job = new_job(addrs, lens, n);
     if (!job)
