@@ -26,6 +26,9 @@ from ._routines import BY_NAME, ROUTINES
 #: plus one unit.
 SLICE_NS = 40_000_000
 
+#: The routines this build has (a portable build: libc alone).
+BUILT = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
+
 
 class State:
     """Everything read once: the CPU, the variables, the thresholds, the routines."""
@@ -37,7 +40,7 @@ class State:
         self.config = config
         self.raw_cpu = raw_cpu
         self.cpu = raw_cpu.without(config.disable)
-        self.built = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
+        self.built = BUILT
         self.methods = tuple(r.name for r in ROUTINES
                              if _policy.usable(r.name, self.cpu, self.built))
         #: name -> the cffi function (benchmarks and calibration call it
@@ -125,7 +128,7 @@ def _missing(name: str, raw_cpu: _cpu.CPU, disable: frozenset[str],
 
 
 def _check_forced(config: _config.Config, raw_cpu: _cpu.CPU | None = None,
-                  built: frozenset[str] | None = None) -> None:
+                  built: frozenset[str] = BUILT) -> None:
     """A CLEARPAGES_METHOD this machine cannot run is a bad variable: a
     ConfigError that is also an UnsupportedMethod, raised where the others
     are (at import, by reload_config), not by the first call.  Without
@@ -134,8 +137,6 @@ def _check_forced(config: _config.Config, raw_cpu: _cpu.CPU | None = None,
     name = config.method
     if name is None:
         return
-    if built is None:
-        built = frozenset(r.name for r in ROUTINES if hasattr(lib, r.symbol))
     if raw_cpu is None:
         if name in built and not BY_NAME[name].requires:
             return
