@@ -11,6 +11,11 @@ explorations and its per-call lookup are all inside them.  At sizes where
 the learner picks another routine than the static choice the ratio also
 holds the routines' difference; the script prints both choices.
 
+``--cold POOL`` walks a pool instead (512M: much larger than the L3): each
+call clears the next slice of the pool, last touched a whole pool ago, so
+the learner's lookup of an address it has not seen lately is inside every
+call, and the clear of cold memory leaves no room to hide it.
+
 The timing loop is ``timeit``'s own (a bytecode loop calling the bound
 ``clear(b)``): no lambda, no ctypes; its clock is the thread's CPU time, so
 that a block the scheduler took the CPU from in the middle (the others'
@@ -20,11 +25,13 @@ each mode, the median and interquartile range of the per-pair ratio
 at its weight).
 
     python bench/bench_adapt_cost.py [--size 16K] [--pairs 401] [--number 5000] [--repeat 1]
+                                     [--cold 512M]
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import statistics
 import sys
 import time
@@ -67,24 +74,70 @@ def run(n: int, pairs: int, number: int) -> dict[str, float]:
             "total": sum(on) / sum(off)}
 
 
+def run_cold(n: int, pool: int, pairs: int, number: int) -> dict[str, float]:
+    """run's figures for a walk of a pool: each call the next n-byte slice."""
+    m = mmap.mmap(-1, pool)
+    whole = memoryview(m)
+    whole[:] = b"\1" * pool            # resident, and dirty, before any timing
+    stride = -(-n // 4096) * 4096
+    slots = max(1, (pool - n) // stride + 1)
+    at = 0
+
+    def block(calls: int) -> float:
+        nonlocal at
+        views = [whole[((at + i) % slots) * stride:][:n] for i in range(calls)]
+        at = (at + calls) % slots
+        clear = cp.clear
+        t0 = time.thread_time_ns()
+        for v in views:
+            clear(v)
+        return (time.thread_time_ns() - t0) / calls
+    cp.set_adaptive(True)
+    block(4 * slots)                    # the learner settles on the walk
+    on: list[float] = []
+    off: list[float] = []
+    ratios: list[float] = []
+    for i in range(pairs):
+        got = {}
+        for mode in ((True, False) if i % 2 else (False, True)):
+            cp.set_adaptive(mode)
+            got[mode] = block(number)
+        on.append(got[True])
+        off.append(got[False])
+        ratios.append(got[True] / got[False])
+    cp.set_adaptive(True)
+    whole.release()
+    m.close()
+    q1, q3 = quartiles(ratios)
+    return {"on": statistics.median(on), "off": statistics.median(off),
+            "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
+            "total": sum(on) / sum(off)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="16K")
     ap.add_argument("--pairs", type=int, default=401)
     ap.add_argument("--number", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--cold", metavar="POOL", help="walk a pool of this size (512M) instead "
+                    "of clearing one buffer")
     args = ap.parse_args(argv)
     n = parse_size(args.size)
     info = cp.cpu()
     cp.set_adaptive(False)
     static = cp.plan(n, threads=1).method
     cp.set_adaptive(True)
-    print("adaptation's cost, warm %s clears of one buffer, clear only; %s; Python %s"
-          % (args.size, info.brand or info.vendor, sys.version.split()[0]))
+    pool = parse_size(args.cold) if args.cold else 0
+    what = ("cold %s clears walking a %s pool" % (args.size, args.cold) if pool
+            else "warm %s clears of one buffer" % args.size)
+    print("adaptation's cost, %s, clear only; %s; Python %s"
+          % (what, info.brand or info.vendor, sys.version.split()[0]))
     print("%d pairs of %d-call blocks, interleaved; static choice %s"
           % (args.pairs, args.number, static))
     for _ in range(args.repeat):
-        r = run(n, args.pairs, args.number)
+        r = run_cold(n, pool, args.pairs, args.number) if pool else run(n, args.pairs,
+                                                                         args.number)
         print("on %.1f ns, off %.1f ns per call (medians); on/off %.4f [%.4f-%.4f], "
               "total %.4f; learner runs %s"
               % (r["on"], r["off"], r["ratio"], r["q1"], r["q3"], r["total"],
