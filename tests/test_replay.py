@@ -96,6 +96,31 @@ def test_the_static_rule():
     assert not v.ok and v.best_in_one == pytest.approx(50 / 90)
 
 
+def test_the_rival_score_is_the_code_auto_replaces():
+    """auto must never lose to what it replaces (ctypes.memset, numpy.fill),
+    and reach 0.90 of the best routine, libc among them; a profile without
+    rival columns takes libc's score for the rival's."""
+    # auto 5% behind libc (a learner's lookup on a small cold clear), far
+    # ahead of the rivals: within 0.90 of the best routine, above every rival.
+    cases = {"warm": {"libc": 34.0, "rep_stosb": 29.0, "auto": 40.0,
+                      "ctypes.memset": 4.0, "numpy.fill": 13.0},
+             "cold": {"libc": 11.4, "rep_stosb": 11.7, "auto": 10.8,
+                      "ctypes.memset": 3.6, "numpy.fill": 7.5}}
+    rivals = ("ctypes.memset", "numpy.fill")
+    v = _profile.judge(cases, "auto", rivals=rivals)
+    scores = _profile.scores(cases, against=cp.ALL_METHODS)
+    assert v.memset_score == pytest.approx(scores["numpy.fill"])
+    assert v.ok
+    # Without rivals, libc stands in for them: the same auto misses.
+    alone = {sc: {n: x for n, x in row.items() if n not in rivals} for sc, row in cases.items()}
+    v = _profile.judge(alone, "auto")
+    assert v.memset_score == pytest.approx(_profile.scores(alone, against=cp.ALL_METHODS)["libc"])
+    assert not v.ok
+    # A rival faster than auto is a miss, whatever the routines.
+    slow = {sc: dict(row, **{"numpy.fill": row["auto"] * 1.2}) for sc, row in cases.items()}
+    assert not _profile.judge(slow, "auto", rivals=rivals).ok
+
+
 def test_scores_are_the_worse_ratio():
     cases = {"warm": {"a": 40.0, "b": 20.0}, "cold": {"a": 10.0, "b": 30.0}}
     assert _profile.scores(cases) == {"a": pytest.approx(1 / 3), "b": pytest.approx(0.5)}

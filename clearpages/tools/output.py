@@ -259,8 +259,10 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
     if goals:
         print(file=out)
         say("auto judged by its worse case, scored as above, against three goals: at least "
-            "0.90 of the best routine's score; at least the rival score, the best of "
-            "libc's, ctypes.memset's and numpy.fill's; and 1.2x libc at 1-4x the L3. Each "
+            "0.90 of the best routine's score (libc, the C library's memset, among them); at "
+            "least the rival score, the best of the code auto replaces (ctypes.memset, "
+            "numpy.fill, numpy[...]=0; libc's where none was measured); and 1.2x libc at "
+            "1-4x the L3. Each "
             "is judged on its figure in every repeat: the median decides, and where the "
             "repeats spread past the goal as far as the median is from it, on both sides, "
             "they cannot tell, and the verdict is 'unmeasured, retake'. The verdict names "

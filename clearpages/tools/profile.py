@@ -275,7 +275,11 @@ def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
     against the routines in it.  ``choice`` and ``rivals`` may be extra
     columns (auto, ctypes.memset, numpy.fill): they are scored against the
     best *routine* of each scenario but never count as a static choice.
-    ``memset_score`` is the best of libc's and the rivals' scores.  static:
+    ``memset_score`` is the best of the rivals' scores: the code auto
+    replaces, which it must never lose to (libc, a routine of the package's
+    own, counts among the routines, whose best auto must reach 0.90 of).
+    Without rivals (a profile holds routines alone) it is libc's, the C
+    library's memset standing in for them.  static:
     judged as the default policy's static choice (see the module's
     docstring)."""
     routines = {sc: {n: v for n, v in row.items() if n in ALL_METHODS}
@@ -286,7 +290,7 @@ def judge(cases: Mapping[str, Mapping[str, float]], choice: str, *,
         return every.get(name)
 
     best, best_score = best_static(routines)
-    refs = [x for x in (score(n) for n in ("libc", *rivals)) if x is not None]
+    refs = [x for x in (score(n) for n in (rivals or ("libc",))) if x is not None]
     near = near_best = None
     if near_l3 and score(choice) is not None and "libc" in routines[next(iter(cases))]:
         def over_memset(name: str) -> float:
