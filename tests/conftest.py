@@ -4,8 +4,10 @@ and a way to change the CLEARPAGES_* configuration and put it back."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
+import gc
 import os
 import shutil
 import signal
@@ -34,7 +36,7 @@ SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 CHILD_TAKES_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 import clearpages as cp  # noqa: E402 (after the environment and SIGINT_AT_START)
-from clearpages import _dispatch, _native  # noqa: E402
+from clearpages import _dispatch, _native, _region  # noqa: E402
 
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
@@ -223,3 +225,52 @@ def run_child(code: str) -> str:
                    "from capsules import Producer\n" % str(ROOT / "tests") + code)
     assert r.returncode == 0, "the child died (%d): %s" % (r.returncode, r.stderr[-2000:])
     return r.stdout
+
+
+# ---- hugetlb (1 GiB pages) ------------------------------------------------
+
+
+GiB = 1 << 30
+
+
+def _write_int(path: str, value: int) -> None:
+    with open(path, "w") as f:
+        f.write("%d\n" % value)
+
+
+@pytest.fixture(scope="module")
+def gigantic_pages():
+    """Two free 1 GiB hugetlb pages: reserved as root when needed and given
+    back afterwards; skipped with the reason otherwise."""
+    need = 2
+    pool = _region.hugetlb_pages(GiB)
+    if pool["nr"] is None:
+        pytest.skip("no 1 GiB hugetlb pool here (CPU without pdpe1gb or kernel without it)")
+    usable = pool["free"] - pool["reserved"]
+    if usable >= need:
+        yield pool
+        return
+    if os.geteuid() != 0:
+        pytest.skip("needs %d free 1 GiB hugetlb pages; as root: echo %d > %s"
+                    % (need, pool["nr"] + need - usable, pool["path"]))
+    original = pool["nr"]
+    try:
+        _write_int(pool["path"], original + need - usable)
+        now = _region.hugetlb_pages(GiB)
+        if now["free"] - now["reserved"] < need:
+            pytest.skip("the kernel found only %d free 1 GiB page(s) (memory fragmented)"
+                        % (now["free"] - now["reserved"]))
+        yield now
+    finally:
+        gc.collect()
+        _write_int(pool["path"], original)
+
+
+@contextlib.contextmanager
+def pages_permitting():
+    """Another process may take the free pages between the fixture's look
+    and our mapping: that is a skip, not a failure."""
+    try:
+        yield
+    except _region.HugePagesUnavailable as e:
+        pytest.skip("1 GiB pages taken by someone else meanwhile: %s" % e)

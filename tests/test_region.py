@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import os
 import pickle
 import sys
 import threading
 
 import pytest
+from conftest import pages_permitting
 
 import clearpages as cp
 from clearpages import _region, _system
@@ -457,49 +457,6 @@ def test_auto_picks_by_size():
 
 
 # ---- hugetlb (1 GiB pages) ------------------------------------------------
-
-
-def _write(path: str, value: int) -> None:
-    with open(path, "w") as f:
-        f.write("%d\n" % value)
-
-
-@pytest.fixture(scope="module")
-def gigantic_pages():
-    """Two free 1 GiB hugetlb pages: reserved as root when needed and given
-    back afterwards; skipped with the reason otherwise."""
-    need = 2
-    pool = _region.hugetlb_pages(GiB)
-    if pool["nr"] is None:
-        pytest.skip("no 1 GiB hugetlb pool here (CPU without pdpe1gb or kernel without it)")
-    usable = pool["free"] - pool["reserved"]
-    if usable >= need:
-        yield pool
-        return
-    if os.geteuid() != 0:
-        pytest.skip("needs %d free 1 GiB hugetlb pages; as root: echo %d > %s"
-                    % (need, pool["nr"] + need - usable, pool["path"]))
-    original = pool["nr"]
-    try:
-        _write(pool["path"], original + need - usable)
-        now = _region.hugetlb_pages(GiB)
-        if now["free"] - now["reserved"] < need:
-            pytest.skip("the kernel found only %d free 1 GiB page(s) (memory fragmented)"
-                        % (now["free"] - now["reserved"]))
-        yield now
-    finally:
-        gc.collect()
-        _write(pool["path"], original)
-
-
-@contextlib.contextmanager
-def pages_permitting():
-    """Another process may take the free pages between the fixture's look
-    and our mapping: that is a skip, not a failure."""
-    try:
-        yield
-    except _region.HugePagesUnavailable as e:
-        pytest.skip("1 GiB pages taken by someone else meanwhile: %s" % e)
 
 
 def test_1g_region_is_hugetlb_backed(gigantic_pages):

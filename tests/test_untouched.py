@@ -17,10 +17,10 @@ import os
 import tempfile
 
 import pytest
-from conftest import run_python
+from conftest import pages_permitting, run_python
 
 import clearpages as cp
-from clearpages import _dispatch, _policy
+from clearpages import _dispatch, _policy, _region
 from clearpages._native import ffi, lib
 
 np = pytest.importorskip("numpy")
@@ -428,3 +428,52 @@ def test_fork_while_another_thread_looks():
     r = run_python(FORK_WHILE_CLEARING, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["20"]
+
+
+# ---- hugetlb (1 GiB pages) ------------------------------------------------
+
+
+def test_an_untouched_1g_region_is_neither_cleared_nor_read(lookup, gigantic_pages):
+    """A private anonymous hugetlb mapping (a 1g Region) reads as zero where
+    no huge page backs it, as ordinary anonymous memory does: clear,
+    is_zero and nonzero_pages leave those pages alone, so none is taken
+    from the pool (a read would fault in a whole huge page, zeroed by the
+    kernel); a page written is still found and cleared."""
+    def free() -> int:
+        return int(_region.hugetlb_pages(GiB)["free"])
+    with pages_permitting(), cp.Region(2 * GiB, page_size="1g") as r:
+        before = free()
+        assert cp.is_zero(r)            # its first bytes not peeked at either
+        assert len(cp.nonzero_pages(r, page_size=PAGE)) == 0
+        assert free() == before
+        cp.clear(r)
+        assert lib.cp_untouched_last() == TRIMMED
+        assert free() == before and r.backing.rss == 0
+        r.view()[GiB + 5] = 7           # the second huge page only
+        assert free() == before - 1
+        assert not cp.is_zero(r)
+        assert list(cp.nonzero_pages(r, page_size=PAGE)) == [GiB // PAGE]
+        cp.clear(r)
+        assert lib.cp_untouched_last() == TRIMMED
+        assert r.view()[GiB + 5] == 0 and cp.is_zero(r)
+        assert free() == before - 1
+
+
+def test_a_hugetlb_file_mapped_private_is_never_skipped(gigantic_pages):
+    """A hugetlb file (a memfd) mapped private: the pages this mapping has
+    not touched hold the file's bytes, so they are read and cleared.  (In a
+    child: a hugetlb fault with the pool empty is SIGBUS.)"""
+    if not hasattr(os, "MFD_HUGE_1GB"):
+        pytest.skip("os.memfd_create has no MFD_HUGE_1GB here")
+    out = run_python(
+        "import mmap, os\nimport clearpages as cp\nGiB = 1 << 30\n"
+        "fd = os.memfd_create('cp-test', os.MFD_HUGETLB | os.MFD_HUGE_1GB)\n"
+        "os.ftruncate(fd, GiB)\n"
+        "shared = mmap.mmap(fd, GiB, flags=mmap.MAP_SHARED)\n"
+        "shared[GiB // 2] = 9\n"
+        "private = mmap.mmap(fd, GiB, flags=mmap.MAP_PRIVATE)\n"
+        "print(cp.is_zero(private), private[GiB // 2])\n"
+        "cp.clear(private)\n"
+        "print(cp.is_zero(private), private[GiB // 2], shared[GiB // 2])\n")
+    assert out.stdout.split() == ["False", "9", "True", "0", "9"], out.stderr[-2000:]
+

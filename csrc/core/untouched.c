@@ -9,8 +9,11 @@
  *   1. /proc/self/smaps, read only up to the end of the work, says which
  *      mappings it covers and what they are: only private, anonymous,
  *      writable mappings without a file ([heap] and named anonymous
- *      memory too), not registered with userfaultfd, not a stack or a
- *      hugetlb mapping, qualify.
+ *      memory too), not registered with userfaultfd, not a stack, qualify;
+ *      of hugetlb mappings, only the kernel's own for MAP_ANONYMOUS
+ *      (named "/anon_hugepage (deleted)": a private fault there takes a
+ *      fresh huge page, zeroed, and nothing else can fill the hidden file
+ *      behind it), never a hugetlbfs file, a memfd or shared memory.
  *   2. In those, the page tables say which pages are present or swapped:
  *      the PAGEMAP_SCAN ioctl (Linux 6.7+) returns them as ranges and
  *      tells the shared zero page apart; older kernels give one
@@ -295,8 +298,34 @@ static int sampled_in_use(int fd, const struct cp_extent *ext, size_t n, size_t 
 
 struct vma {
     uintptr_t start, end;
-    int ok;                 /* qualifies so far (from the header line) */
+    int ok;                 /* qualifies so far (from the header line): ANON or
+                               ANON_HUGETLB, else 0 */
 };
+
+enum { ANON = 1, ANON_HUGETLB = 2 };
+
+/* The name the kernel gives a private MAP_ANONYMOUS | MAP_HUGETLB mapping
+ * (the unlinked file of its internal hugetlbfs mount). */
+#define ANON_HUGETLB_NAME "/anon_hugepage (deleted)"
+
+/* ANON_HUGETLB for a private, writable MAP_ANONYMOUS hugetlb mapping,
+ * else 0. */
+static int anon_hugetlb(const char *perms)
+{
+    /* perms offset dev inode name: a device and inode of their own, and
+     * that name exactly. */
+    const char *q = perms;
+    for (int field = 0; field < 4; field++) {
+        q = strchr(q, ' ');
+        if (!q)
+            return 0;
+        while (*q == ' ')
+            q++;
+    }
+    size_t len = strlen(ANON_HUGETLB_NAME);
+    return strncmp(q, ANON_HUGETLB_NAME, len) == 0
+        && (q[len] == '\0' || q[len] == '\n') ? ANON_HUGETLB : 0;
+}
 
 static int header_qualifies(const char *line)
 {
@@ -309,8 +338,10 @@ static int header_qualifies(const char *line)
         return 0;
     const char *q = strchr(perms, ' ');                /* -> offset */
     q = q ? strchr(q + 1, ' ') : NULL;                 /* -> dev */
-    if (!q || strncmp(q + 1, "00:00 ", 6) != 0)
+    if (!q)
         return 0;
+    if (strncmp(q + 1, "00:00 ", 6) != 0)
+        return anon_hugetlb(perms);
     q += 7;                                            /* inode */
     if (q[0] != '0' || (q[1] != ' ' && q[1] != '\n' && q[1] != '\0'))
         return 0;
@@ -318,27 +349,37 @@ static int header_qualifies(const char *line)
     while (*q == ' ')
         q++;
     return *q == '\0' || *q == '\n' || strncmp(q, "[heap]", 6) == 0
-        || strncmp(q, "[anon:", 6) == 0;
+        || strncmp(q, "[anon:", 6) == 0 ? ANON : 0;
+}
+
+static int has_flag(const char *p, const char *flag)
+{
+    return p[0] == flag[0] && p[1] == flag[1] && (p[2] == ' ' || p[2] == '\n' || !p[2]);
 }
 
 /* VmFlags that rule a mapping out: userfaultfd (missing, write-protect,
- * minor), grows down (a stack), hugetlb, I/O or PFN maps, shadow stack. */
-static int flags_qualify(const char *line)
+ * minor), grows down (a stack), I/O or PFN maps, shadow stack, shared
+ * ("sh": never on a private mapping, ruled out again); hugetlb ("ht")
+ * but where the header found the anonymous kind (kind ANON_HUGETLB),
+ * which must have it. */
+static int flags_qualify(const char *line, int kind)
 {
-    static const char *const bad[] = {"um", "uw", "ui", "gd", "ht", "io", "pf", "ss"};
+    static const char *const bad[] = {"um", "uw", "ui", "gd", "io", "pf", "ss", "sh"};
     const char *p = line + strlen("VmFlags:");
+    int hugetlb = 0;
     while (*p) {
         while (*p == ' ')
             p++;
         if (!p[0] || p[0] == '\n')
             break;
         for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
-            if (p[0] == bad[i][0] && p[1] == bad[i][1] && (p[2] == ' ' || p[2] == '\n' || !p[2]))
+            if (has_flag(p, bad[i]))
                 return 0;
+        hugetlb |= has_flag(p, "ht");
         while (*p && *p != ' ' && *p != '\n')
             p++;
     }
-    return 1;
+    return hugetlb == (kind == ANON_HUGETLB);
 }
 
 /* The qualifying parts of [lo, hi), from /proc/self/smaps read up to hi.
@@ -399,7 +440,7 @@ static int qualifying(uintptr_t lo, uintptr_t hi, struct ranges *out)
                     seen_flags = 0;
                 } else if (in_vma && strncmp(line, "VmFlags:", 8) == 0) {
                     seen_flags = 1;
-                    if (cur.ok && flags_qualify(line) && cur.end > lo) {
+                    if (cur.ok && flags_qualify(line, cur.ok) && cur.end > lo) {
                         uintptr_t a = cur.start > lo ? cur.start : lo;
                         uintptr_t b = cur.end < hi ? cur.end : hi;
                         if (add_range(out, a, b) < 0) {
