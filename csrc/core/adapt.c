@@ -138,8 +138,9 @@ _Static_assert(EARLY_PAIRS < REF_PAIRS, "the early verdict comes before the refe
  * times a streaming clear (a cached buffer's ordinary-store clear costs
  * 0.6-0.8 times one on the Zen 4 guest, one evicted 1.2-3 times). */
 #define CHECK_MARGIN (CP_ADAPT_CHECK_MARGIN_PCT / 100.0)
-#define CHECK_VOTE 2            /* of the latest CHECK_KEEP checks, slow: out of the cache */
-#define CHECK_KEEP 3
+#define CHECK_VOTE CP_ADAPT_CHECK_VOTE    /* of the latest CHECK_KEEP checks, slow: out of
+                                           the cache */
+#define CHECK_KEEP CP_ADAPT_CHECK_KEEP
 /* ... and a held one's (above recent_max, up to held_max) when it costs
  * more than 1.05 times a streaming clear: such a buffer stays in the cache
  * only where the machine leaves one program most of the L3, and where it

@@ -168,6 +168,10 @@ enum {
      * kept (kept_max) before any comparison of its class: slow above this
      * percentage (adapt.c, CHECK_MARGIN). */
     CP_ADAPT_CHECK_MARGIN_PCT = 125,
+    /* ... in this many of its latest CP_ADAPT_CHECK_KEEP checks (adapt.c,
+     * CHECK_VOTE, CHECK_KEEP). */
+    CP_ADAPT_CHECK_VOTE = 2,
+    CP_ADAPT_CHECK_KEEP = 3,
     CP_ADAPT_REFILL_FAR_PCT = 150,
     CP_ADAPT_HELD_VOTE = 3,
     CP_ADAPT_HELD_KEEP = 5,
