@@ -215,7 +215,7 @@ class Learned:
             kept_why=kept_why, **sizes,
             kept_max=format_size(kept_max), large=format_size(large_min()),
             crowd=format_size(kept_max + params.recent_max),
-            large_factor=LARGE_FACTOR, exact=exact_window(reuse))
+            large_factor=LARGE_FACTOR, exact=exact_window(reuse, self.size_class))
 
     def start_reason(self, recent_max: int) -> str:
         """Why it runs :attr:`start` before anything is known."""
@@ -458,12 +458,15 @@ def recent_max() -> int:
     return int(_params().recent_max)
 
 
-def exact_window(reuse: int) -> str:
+def exact_window(reuse: int, size_class: int = -1) -> str:
     """The exception to "large": where the learner is configured so
     (window_timed) and the window is the bound, a recent buffer of exactly
     its size (cleared again with at most an eighth of it between) is timed;
-    words for the reasons, empty elsewhere."""
+    words for the reasons, empty elsewhere, and for a size class
+    (size_class >= 0) that does not hold that size."""
     if not _params().window_timed or large_min() != reuse:
+        return ""
+    if size_class >= 0 and not (1 << size_class) <= reuse < (2 << size_class):
         return ""
     return ("; one of exactly %s cleared again with at most an eighth of it cleared between "
             "is timed instead: the cache keeps much of it after ordinary stores, and a "
@@ -489,31 +492,188 @@ NOT_ASKED = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The sizes the learner's rules turn on, as cp_adapt_configure derives
+    them from its parameters (csrc/core/adapt.c: recent_most, cached_most,
+    kept_most, large_from, large_recent_from)."""
+
+    reuse: int
+    """A buffer cleared again within this many bytes of clears is recent
+    (0: none is; none larger than it ever is)."""
+    recent: int
+    """A recent buffer up to this size is in the cache: ordinary stores,
+    untimed (recent_max, below large)."""
+    cached: int
+    """... and one above recent, up to this size, while held as cached
+    (held_max, below large; recent: none is held, where nothing checks)."""
+    kept: int
+    """... from its first recent call, presumed kept, up to this size
+    (kept_max, at most cached; 0: none)."""
+    large: int
+    """A buffer of this size or more streams untimed (0: none does)."""
+    large_recent: int
+    """... a recent one (window_timed: past the window, whose own size is
+    timed)."""
+    other: int
+    """A buffer not cleared lately and larger than this has streaming as its
+    safe role (reuse / CP_ADAPT_OTHER_DIVISOR)."""
+    checks: bool
+    """Whether a recent buffer taken as cached has its clear checked now and
+    then (from check_min)."""
+    check_min: int
+
+
+def bounds() -> Bounds:
+    """The learner's :class:`Bounds` as configured."""
+    p = _params()
+    reuse = int(p.reuse_bytes)
+    large = int(p.large_min) if 0 < p.large_min < reuse else reuse
+    recent = min(int(p.recent_max), large - 1) if reuse else 0
+    checks = bool(p.check_bytes)
+    held = min(int(p.held_max), large - 1)
+    cached = held if recent and checks and held > recent else recent
+    return Bounds(
+        reuse=reuse, recent=recent, cached=cached,
+        kept=min(int(p.kept_max), cached) if cached > recent else 0,
+        large=large,
+        large_recent=large + 1 if large and p.window_timed and large == reuse else large,
+        other=reuse // lib.CP_ADAPT_OTHER_DIVISOR, checks=checks,
+        check_min=int(p.check_min))
+
+
+def _safe_role(b: Bounds, n: int, recent: bool) -> int:
+    """adapt.c's safe_role: where nothing is decisive."""
+    return (lib.CP_ADAPT_STREAMING if not recent and b.other and n > b.other
+            else lib.CP_ADAPT_TEMPORAL)
+
+
+def _start_role(b: Bounds, n: int, recent: bool) -> int:
+    """adapt.c's start_role: before anything is known."""
+    return lib.CP_ADAPT_STREAMING if b.recent and n > b.recent else _safe_role(b, n, recent)
+
+
+def _large_why(n: int, b: Bounds, sizes: dict[str, str]) -> str:
+    """rules()'s words for why a buffer of n bytes is large: the window, or
+    large_min below it."""
+    if b.large < b.reuse:
+        return ("{large} or larger ({large_factor}x {recent_max}, less than the {reuse} "
+                "last-level cache reported: a guest may be shown a cache far larger than it "
+                "can count on)").format(**sizes)
+    return ("as large as the {reuse} last-level cache" if n == b.reuse else
+            "larger than the {reuse} last-level cache").format(**sizes)
+
+
+def _timed(b: Bounds, n: int, recent: bool, names: tuple[str, str], sizes: dict[str, str],
+           first: str | None = None) -> str:
+    """rules()'s words for a buffer of n bytes whose clears are timed (the
+    context recent or not): its start role, its safe role, and what takes
+    over (first: why it starts on a role other than its safe one; None:
+    the learner's reason, "": none said)."""
+    safe, start = _safe_role(b, n, recent), _start_role(b, n, recent)
+    other = names[1 - safe]
+    if safe == lib.CP_ADAPT_STREAMING:
+        why = ("larger than {other}, it is not in the cache, and ordinary stores would read "
+               "it in first").format(**sizes)
+    else:
+        why = "ordinary stores, which cannot lose much against memset"
+    if start == safe:
+        text = ("runs %s, its safe routine (%s), unless timing it against the program's "
+                "next clear says %s costs decisively less" % (names[safe], why, other))
+        if safe == lib.CP_ADAPT_STREAMING:
+            text += (", or is still ahead at the mean and at the median when the comparison "
+                     "runs out")
+        return text
+    if first is None:
+        first = ("larger than {recent_max}, it may not stay in the cache even cleared back "
+                 "to back" if recent else
+                 "larger than {recent_max}, and nothing says it is in the cache")
+    first = " (%s)" % first.format(**sizes) if first else ""
+    return ("starts on %s%s, and timing it against the program's next clear decides: %s "
+            "stays only where it costs decisively less, else %s, its safe routine (%s)"
+            % (names[start], first, names[start], names[safe], why))
+
+
+def rules(n: int, names: tuple[str, str]) -> str:
+    """The learner's rules for a single clear of n bytes in the band, as
+    configured, in words: only those that can apply to n, for a buffer
+    cleared lately and for one not (names: the (temporal, streaming)
+    routines).  adapt.c's choose() and the roles it starts on and falls
+    back on (start_role, safe_role), through :class:`Bounds`."""
+    b = bounds()
+    t, s = names
+    params = _params()
+    sizes = {"size": format_size(n), "reuse": format_size(b.reuse),
+             "recent_max": format_size(b.recent), "large": format_size(b.large),
+             "other": format_size(b.other), "large_factor": str(LARGE_FACTOR),
+             "eighth": format_size(n // 8), "crowd": format_size(b.kept + b.recent)}
+    a_buffer = "a buffer of %s" % sizes["size"]
+    lately = "cleared within the last {reuse} of clears".format(**sizes)
+    if b.large and n >= b.large:
+        text = ("%s is %s: never all in the cache, however recently cleared (it holds the "
+                "program's other data too), and ordinary stores would keep only its tail "
+                "there, so %s, untimed" % (a_buffer, _large_why(n, b, sizes), s))
+        if n < b.large_recent:
+            text += ("; except one cleared again with at most an eighth of it ({eighth}) "
+                     "cleared between: the cache keeps much of that one after ordinary "
+                     "stores, and a program that reads it next gains by that, so that one is "
+                     "timed: it ".format(**sizes) + _timed(b, n, True, names, sizes, ""))
+        return text
+    if not b.reuse:
+        return a_buffer + " " + _timed(b, n, False, names, sizes)
+    if n <= b.recent:
+        text = ("%s %s is no larger than %s, so in the cache: %s, untimed, keeps it there "
+                "for the program" % (a_buffer, lately, sizes["recent_max"], t))
+        if b.checks and n >= b.check_min:
+            text += (" (its clear is timed alone now and then: where %d of the latest %d "
+                     "cost more than %.2fx a streaming clear, it was not in the cache after "
+                     "all, and the two are compared: then %s runs untimed again unless %s "
+                     "costs decisively less)"
+                     % (lib.CP_ADAPT_CHECK_VOTE, lib.CP_ADAPT_CHECK_KEEP,
+                        lib.CP_ADAPT_CHECK_MARGIN_PCT / 100, t, s))
+    elif n <= b.cached:
+        if b.kept and n <= b.kept:
+            kept_why = (KEPT_WHOLE if params.window_timed else KEPT_NEAR).format(**sizes)
+            text = ("%s %s is held as cached from its first such call, presumed kept (%s): "
+                    "%s, untimed, while its clears, timed alone now and then, cost no more "
+                    "than %.2fx a streaming clear in at least %d of the latest %d and no more "
+                    "than %d of its size class's latest %d recent calls came with more than "
+                    "%s cleared since the buffer's previous clear (its own size included), "
+                    "until a comparison of its size class tells whether this machine keeps "
+                    "such a buffer in the cache (found kept, the sizes up to a quarter above "
+                    "the one compared stay held while their checks cost no more than %s)"
+                    % (a_buffer, lately, kept_why, t, lib.CP_ADAPT_CHECK_MARGIN_PCT / 100,
+                       lib.CP_ADAPT_HELD_VOTE, lib.CP_ADAPT_HELD_KEEP, lib.CP_ADAPT_FP_VOTE,
+                       lib.CP_ADAPT_FP_CALLS, sizes["crowd"], _HELD_MARGIN))
+        else:
+            text = ("%s %s is held as cached once a comparison of its size class found this "
+                    "machine keeps such a buffer in the cache (the sizes up to a quarter above "
+                    "the one compared): %s, untimed, while %s"
+                    % (a_buffer, lately, t, _HELD_CHECKS))
+        text += "; otherwise it is timed: it " + _timed(b, n, True, names, sizes)
+    else:
+        text = "%s %s is timed: it %s" % (a_buffer, lately, _timed(b, n, True, names, sizes))
+    return text + "; one not cleared lately " + _timed(b, n, False, names, sizes)
+
+
 def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:
     """plan()'s ``learned`` for a single clear: what adaptation does at nbytes
-    (d: the native policy's decision, a _policy.Decision), and why."""
+    (d: the native policy's decision, a _policy.Decision), and why (the
+    rules that can apply to nbytes, :func:`rules`), then what its size
+    class has learned."""
     band = "%s-%s" % (format_size(th.adapt_min), format_size(th.adapt_max))
     if d.adapt_why != lib.CP_LEARNER_ASKED:
         return NOT_ASKED[d.adapt_why].format(forced=forced, no_band=th.reason("adapt"),
                                              band=band)
-    t, s = d.roles
     size_class = nbytes.bit_length() - 1
     got = learned(size_class, d.roles)
     reuse, small = reuse_bytes(th), recent_max()
-    head = ("in the adaptive band %s: a buffer cleared within the last %s of clears and "
-            "no larger than %s gets %s untimed (a larger one too, while its clears, timed "
-            "alone now and then, cost no more than %s), one of %s or larger "
-            "gets %s untimed%s; any other single clear of %s-%s runs a safe routine (%s; %s for "
-            "a buffer not cleared lately and larger than %s) unless timing it against the "
-            "program's next clear says the other costs decisively less, and starts on %s "
-            "where it is larger than %s (cleared lately: unless held as cached)"
-            % (band, format_size(reuse), format_size(small), t, _HELD_MARGIN,
-               format_size(large_min()), s, exact_window(reuse),
-               format_size(1 << size_class), format_size(2 << size_class), t, s,
-               format_size(reuse // lib.CP_ADAPT_OTHER_DIVISOR), s, format_size(small)))
+    head = "in the adaptive band %s: %s" % (band, rules(nbytes, d.roles))
+    sizes = "%s-%s" % (format_size(1 << size_class), format_size(2 << size_class))
     if not got:
-        return head + "; nothing learned yet"
-    return head + "; " + "; ".join(x.sentence(reuse, small) for x in got)
+        return head + "; nothing learned yet for its size class, %s" % sizes
+    return (head + "; learned so far for its size class, %s: " % sizes
+            + "; ".join(x.sentence(reuse, small) for x in got))
 
 
 #: plan(hot=True)'s ``learned`` where the buffer's history sets its hot
