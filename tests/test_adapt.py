@@ -24,7 +24,7 @@ import pytest
 from conftest import run_python
 
 import clearpages as cp
-from clearpages import _adapt, _config, _dispatch, _fast
+from clearpages import _adapt, _config, _dispatch, _fast, _units
 from clearpages._native import ffi, lib
 
 KiB = 1 << 10
@@ -2423,6 +2423,114 @@ def test_plan_stays_the_static_choice(config):
                                    lib.CP_LEARNED_COMPARING, lib.CP_LEARNED_STREAMING,
                                    lib.CP_LEARNED_TEMPORAL, lib.CP_LEARNED_EVEN,
                                    lib.CP_LEARNED_LARGE}
+
+
+@needs_band
+def test_plan_learned_states_only_the_rules_for_its_size(config):
+    """plan(n).learned states the learner's rules for a buffer of n bytes,
+    not the whole band's: a small one is in the cache when cleared lately
+    (no streaming bound, no window, no held sizes); one of large_min or more
+    streams untimed (no safe routine); one between recent_max and large_min
+    may be held as cached.  The bounds are the learner's as configured here."""
+    from clearpages._units import format_size
+
+    config({})
+    th = cp.thresholds()
+    reuse, small, large = _adapt.reuse_bytes(th), _adapt.recent_max(), _adapt.large_min()
+    b = _adapt.bounds()
+    assert (b.reuse, b.recent, b.large) == (reuse, min(small, large - 1), large)
+    band = "in the adaptive band %s-%s: " % (format_size(th.adapt_min),
+                                             format_size(th.adapt_max))
+
+    def said(n):
+        text = cp.plan(n, threads=1).learned
+        assert text.startswith(band), text
+        return text
+
+    n = th.adapt_min
+    assert n <= b.recent
+    t, s = _adapt.roles(n)
+    text = said(n)
+    assert ("a buffer of %s cleared within the last %s of clears is no larger than %s, so "
+            "in the cache: %s, untimed" % (format_size(n), format_size(reuse),
+                                          format_size(b.recent), t)) in text
+    for generic in ("or larger", "exactly", "eighth", "held as cached", "starts on"):
+        assert generic not in text, (generic, text)
+    assert ("safe routine (larger than" in text) == (n > b.other)
+    assert text.endswith("nothing learned yet for its size class, %s-%s"
+                         % (format_size(n), format_size(2 * n)))
+
+    for n in (large, reuse + reuse // 2):
+        if n >= th.adapt_max:
+            continue
+        t, s = _adapt.roles(n)
+        text = said(n)
+        assert "so %s, untimed" % s in text, text
+        assert "held as cached" not in text and "presumed" not in text
+        window = n < b.large_recent         # a recent buffer of exactly the window: timed
+        assert n != reuse or window == bool(_adapt._params().window_timed
+                                             and large == reuse)
+        for timed in ("safe routine", "eighth", "not cleared lately"):
+            assert (timed in text) == (window and timed != "not cleared lately"), text
+
+    if b.cached > b.recent:                 # sizes held as cached where kept
+        middle = [b.recent + 4096, (b.recent + b.cached) // 2 // 4096 * 4096]
+        if b.kept:
+            middle += [b.kept, b.kept + 4096]
+        for n in middle:
+            if not b.recent < n <= b.cached:
+                continue
+            t, s = _adapt.roles(n)
+            text = said(n)
+            assert "is held as cached" in text and "otherwise it is timed: it starts on %s" % s \
+                in text, text
+            assert ("presumed kept" in text) == (n <= b.kept), text
+            assert "never all in the cache" not in text and "eighth" not in text
+
+
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("recent", [8 * MiB, 2 * MiB])
+def test_the_rules_said_follow_the_configured_bounds(learner, window, recent):
+    """_adapt.rules for a band of 16 KiB to 128 MiB (a 32 MiB window),
+    whatever this machine's caches: each size gets the rules of its range,
+    and the window's exception only the window's own size (and size class)."""
+    import dataclasses
+
+    learner()
+    th = dataclasses.replace(cp.thresholds(), adapt_min=16 * KiB, adapt_max=128 * MiB)
+    _adapt.configure(th, True, True, recent, 0, window=window)
+    p = ffi.new("struct cp_adapt_params *")
+    lib.cp_adapt_params(p)
+    p.stream_ns_per_byte, p.check_bytes = 0.05, 8 * MiB     # checks, as on any machine
+    lib.cp_adapt_configure(p)
+    b = _adapt.bounds()
+    large = 32 * MiB if recent == 8 * MiB else 8 * MiB    # the window, or 4x recent_max
+    assert (b.reuse, b.recent, b.large, b.other) == (32 * MiB, recent, large, 8 * MiB)
+    assert b.cached == large - 1 and b.kept == recent * (3 if large == b.reuse else 4.5) // 2
+    names = ("temporal_r", "streaming_r")
+
+    def rules(n):
+        return _adapt.rules(n, names)
+
+    assert "timed alone" not in rules(64 * KiB)         # below check_min: never checked
+    assert "timed alone now and then: where 2 of the latest 3" in rules(recent)
+    assert "safe routine (ordinary stores" in rules(recent)
+    text = rules(b.kept)
+    assert "held as cached from its first such call, presumed kept" in text
+    assert "up to a quarter above the one compared" in text
+    text = rules(b.kept + 4096)
+    assert "presumed" not in text and "held as cached once a comparison" in text
+    assert "starts on streaming_r" in text
+    for n in (large, 48 * MiB):
+        text = rules(n)
+        assert "streaming_r, untimed" in text and "held as cached" not in text
+        assert ("eighth" in text) == (window and n == b.reuse == large), text
+        assert ("safe routine" in text) == ("eighth" in text)
+        assert ("4x %s" % _units.format_size(recent) in text) == (large < b.reuse)
+    said = _adapt.exact_window(32 * MiB, (32 * MiB).bit_length() - 1)
+    assert ("exactly 32 MiB" in said) == (window and large == b.reuse)
+    assert _adapt.exact_window(32 * MiB, (64 * MiB).bit_length() - 1) == ""
+    assert _adapt.exact_window(32 * MiB, (16 * MiB).bit_length() - 1) == ""
 
 
 def test_info_shows_adaptation(config):
