@@ -495,8 +495,8 @@ NOT_ASKED = {
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """The sizes the learner's rules turn on, as cp_adapt_configure derives
-    them from its parameters (csrc/core/adapt.c: recent_most, cached_most,
-    kept_most, large_from, large_recent_from)."""
+    them from its parameters (cp_adapt_bounds; adapt.c's recent_most,
+    cached_most, kept_most, large_from, large_recent_from)."""
 
     reuse: int
     """A buffer cleared again within this many bytes of clears is recent
@@ -510,47 +510,38 @@ class Bounds:
     kept: int
     """... from its first recent call, presumed kept, up to this size
     (kept_max, at most cached; 0: none)."""
+    crowd: int
+    """A presumed size's footprint above this counts against it."""
     large: int
     """A buffer of this size or more streams untimed (0: none does)."""
     large_recent: int
     """... a recent one (window_timed: past the window, whose own size is
     timed)."""
+    check_from: int
+    """A recent buffer taken as cached has its clear checked from this size
+    (0: never)."""
     other: int
     """A buffer not cleared lately and larger than this has streaming as its
     safe role (reuse / CP_ADAPT_OTHER_DIVISOR)."""
-    checks: bool
-    """Whether a recent buffer taken as cached has its clear checked now and
-    then (from check_min)."""
-    check_min: int
 
 
 def bounds() -> Bounds:
     """The learner's :class:`Bounds` as configured."""
-    p = _params()
-    reuse = int(p.reuse_bytes)
-    large = int(p.large_min) if 0 < p.large_min < reuse else reuse
-    recent = min(int(p.recent_max), large - 1) if reuse else 0
-    checks = bool(p.check_bytes)
-    held = min(int(p.held_max), large - 1)
-    cached = held if recent and checks and held > recent else recent
-    return Bounds(
-        reuse=reuse, recent=recent, cached=cached,
-        kept=min(int(p.kept_max), cached) if cached > recent else 0,
-        large=large,
-        large_recent=large + 1 if large and p.window_timed and large == reuse else large,
-        other=reuse // lib.CP_ADAPT_OTHER_DIVISOR, checks=checks,
-        check_min=int(p.check_min))
+    out = ffi.new("struct cp_adapt_bounds *")
+    lib.cp_adapt_bounds(out)
+    reuse = int(_params().reuse_bytes)
+    return Bounds(reuse=reuse, recent=int(out.recent), cached=int(out.cached),
+                  kept=int(out.kept), crowd=int(out.crowd), large=int(out.large),
+                  large_recent=int(out.large_recent), check_from=int(out.check_from),
+                  other=reuse // lib.CP_ADAPT_OTHER_DIVISOR)
 
 
-def _safe_role(b: Bounds, n: int, recent: bool) -> int:
-    """adapt.c's safe_role: where nothing is decisive."""
-    return (lib.CP_ADAPT_STREAMING if not recent and b.other and n > b.other
-            else lib.CP_ADAPT_TEMPORAL)
-
-
-def _start_role(b: Bounds, n: int, recent: bool) -> int:
-    """adapt.c's start_role: before anything is known."""
-    return lib.CP_ADAPT_STREAMING if b.recent and n > b.recent else _safe_role(b, n, recent)
+def _roles(n: int, recent: bool) -> tuple[int, int]:
+    """(safe, start): the roles a context of n-byte clears runs where nothing
+    is decisive and before anything is known (adapt.c's safe_role and
+    start_role)."""
+    both = lib.cp_adapt_roles(n, lib.CP_ADAPT_RECENT if recent else lib.CP_ADAPT_OTHER)
+    return both & 1, both >> 1 & 1
 
 
 def _large_why(n: int, b: Bounds, sizes: dict[str, str]) -> str:
@@ -564,13 +555,13 @@ def _large_why(n: int, b: Bounds, sizes: dict[str, str]) -> str:
             "larger than the {reuse} last-level cache").format(**sizes)
 
 
-def _timed(b: Bounds, n: int, recent: bool, names: tuple[str, str], sizes: dict[str, str],
+def _timed(n: int, recent: bool, names: tuple[str, str], sizes: dict[str, str],
            first: str | None = None) -> str:
     """rules()'s words for a buffer of n bytes whose clears are timed (the
     context recent or not): its start role, its safe role, and what takes
     over (first: why it starts on a role other than its safe one; None:
     the learner's reason, "": none said)."""
-    safe, start = _safe_role(b, n, recent), _start_role(b, n, recent)
+    safe, start = _roles(n, recent)
     other = names[1 - safe]
     if safe == lib.CP_ADAPT_STREAMING:
         why = ("larger than {other}, it is not in the cache, and ordinary stores would read "
@@ -598,15 +589,15 @@ def rules(n: int, names: tuple[str, str]) -> str:
     """The learner's rules for a single clear of n bytes in the band, as
     configured, in words: only those that can apply to n, for a buffer
     cleared lately and for one not (names: the (temporal, streaming)
-    routines).  adapt.c's choose() and the roles it starts on and falls
-    back on (start_role, safe_role), through :class:`Bounds`."""
+    routines): adapt.c's choose() by the learner's :class:`Bounds`, and the
+    roles it starts on and falls back on there."""
     b = bounds()
     t, s = names
     params = _params()
     sizes = {"size": format_size(n), "reuse": format_size(b.reuse),
              "recent_max": format_size(b.recent), "large": format_size(b.large),
              "other": format_size(b.other), "large_factor": str(LARGE_FACTOR),
-             "eighth": format_size(n // 8), "crowd": format_size(b.kept + b.recent)}
+             "eighth": format_size(n // 8), "crowd": format_size(b.crowd)}
     a_buffer = "a buffer of %s" % sizes["size"]
     lately = "cleared within the last {reuse} of clears".format(**sizes)
     if b.large and n >= b.large:
@@ -617,14 +608,14 @@ def rules(n: int, names: tuple[str, str]) -> str:
             text += ("; except one cleared again with at most an eighth of it ({eighth}) "
                      "cleared between: the cache keeps much of that one after ordinary "
                      "stores, and a program that reads it next gains by that, so that one is "
-                     "timed: it ".format(**sizes) + _timed(b, n, True, names, sizes, ""))
+                     "timed: it ".format(**sizes) + _timed(n, True, names, sizes, ""))
         return text
     if not b.reuse:
-        return a_buffer + " " + _timed(b, n, False, names, sizes)
+        return a_buffer + " " + _timed(n, False, names, sizes)
     if n <= b.recent:
         text = ("%s %s is no larger than %s, so in the cache: %s, untimed, keeps it there "
                 "for the program" % (a_buffer, lately, sizes["recent_max"], t))
-        if b.checks and n >= b.check_min:
+        if b.check_from and n >= b.check_from:
             text += (" (its clear is timed alone now and then: where %d of the latest %d "
                      "cost more than %.2fx a streaming clear, it was not in the cache after "
                      "all, and the two are compared: then %s runs untimed again unless %s "
@@ -650,10 +641,10 @@ def rules(n: int, names: tuple[str, str]) -> str:
                     "machine keeps such a buffer in the cache (the sizes up to a quarter above "
                     "the one compared): %s, untimed, while %s"
                     % (a_buffer, lately, t, _HELD_CHECKS))
-        text += "; otherwise it is timed: it " + _timed(b, n, True, names, sizes)
+        text += "; otherwise it is timed: it " + _timed(n, True, names, sizes)
     else:
-        text = "%s %s is timed: it %s" % (a_buffer, lately, _timed(b, n, True, names, sizes))
-    return text + "; one not cleared lately " + _timed(b, n, False, names, sizes)
+        text = "%s %s is timed: it %s" % (a_buffer, lately, _timed(n, True, names, sizes))
+    return text + "; one not cleared lately " + _timed(n, False, names, sizes)
 
 
 def describe(th: Thresholds, d: Any, nbytes: int, forced: Any) -> str:

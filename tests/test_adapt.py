@@ -2507,6 +2507,11 @@ def test_the_rules_said_follow_the_configured_bounds(learner, window, recent):
     large = 32 * MiB if recent == 8 * MiB else 8 * MiB    # the window, or 4x recent_max
     assert (b.reuse, b.recent, b.large, b.other) == (32 * MiB, recent, large, 8 * MiB)
     assert b.cached == large - 1 and b.kept == recent * (3 if large == b.reuse else 4.5) // 2
+    assert b.crowd == b.kept + recent and b.check_from == recent // 16
+    # (safe, start): the learner's safe_role and start_role.
+    assert _adapt._roles(6 * MiB, False) == (T, T if recent > 6 * MiB else S)
+    assert _adapt._roles(6 * MiB, True) == (T, T if recent > 6 * MiB else S)
+    assert _adapt._roles(12 * MiB, False) == (S, S)
     names = ("temporal_r", "streaming_r")
 
     def rules(n):

@@ -631,6 +631,20 @@ void cp_adapt_params(struct cp_adapt_params *out)
     pthread_mutex_unlock(&lock);
 }
 
+void cp_adapt_bounds(struct cp_adapt_bounds *out)
+{
+    pthread_mutex_lock(&lock);
+    out->recent = LOAD(recent_most);
+    out->cached = LOAD(cached_most);
+    out->kept = LOAD(kept_most);
+    out->crowd = LOAD(crowd_most);
+    out->large = LOAD(large_from);
+    out->large_recent = LOAD(large_recent_from);
+    /* check_gap's test: check_bytes set, and n at least check_min. */
+    out->check_from = params.check_bytes ? (params.check_min ? params.check_min : 1) : 0;
+    pthread_mutex_unlock(&lock);
+}
+
 void cp_adapt_reset(void)
 {
     pthread_mutex_lock(&lock);
@@ -1284,6 +1298,13 @@ static int start_role(size_t n, int ctx)
 {
     size_t most = LOAD(recent_most);
     return most && n > most ? CP_ADAPT_STREAMING : safe_role(n, ctx);
+}
+
+int cp_adapt_roles(size_t n, int context)
+{
+    /* (Both read the parameters without the lock, as a busy call does.) */
+    int ctx = context != CP_ADAPT_OTHER;
+    return safe_role(n, ctx) | start_role(n, ctx) << 1;
 }
 
 /* A recent buffer of a held size: above recent_max, up to held_max (under

@@ -292,6 +292,25 @@ struct cp_adapt_stat {
                                    kept_max + recent_max; -1: none seen */
 };
 
+/* The bounds cp_adapt_configure derives from the parameters, which
+ * choose() runs by: plan() states the rules that apply to a size by them. */
+struct cp_adapt_bounds {
+    size_t recent;              /* a recent buffer up to this size takes the temporal
+                                   role untimed (recent_max, below large; 0: none) */
+    size_t cached;              /* ... and one above recent up to this size, while held
+                                   as cached (held_max, below large; recent: none) */
+    size_t kept;                /* ... from its first recent call, presumed kept, up to
+                                   this size (kept_max, at most cached; 0: none) */
+    size_t crowd;               /* a presumed size's footprint above this counts
+                                   against it (kept + recent) */
+    size_t large;               /* a buffer of this size or more streams untimed
+                                   (large_min, at most reuse_bytes; 0: none) */
+    size_t large_recent;        /* ... a recent one (window_timed: past the window,
+                                   whose own size is timed) */
+    size_t check_from;          /* a recent buffer taken as cached has its clear
+                                   checked from this size (0: never) */
+};
+
 /* The defaults, with the band off (lo = hi = 0). */
 void cp_adapt_defaults(struct cp_adapt_params *p);
 /* Set the parameters and forget everything learned. */
@@ -323,6 +342,12 @@ uint64_t cp_adapt_now_ns(void);
 
 /* 1 and *out filled when the class and context have data; 0 otherwise. */
 int cp_adapt_stat(int size_class, int context, struct cp_adapt_stat *out);
+/* The bounds as configured. */
+void cp_adapt_bounds(struct cp_adapt_bounds *out);
+/* The roles a context (CP_ADAPT_OTHER, CP_ADAPT_RECENT) of n-byte clears
+ * runs where nothing is decisive and before anything is known, as
+ * configured: safe | start << 1. */
+int cp_adapt_roles(size_t n, int context);
 
 /* END CDEF */
 
