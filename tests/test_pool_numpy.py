@@ -188,6 +188,50 @@ def test_other_threads_keep_their_allocator(pool):
     assert seen == [False]
 
 
+def test_a_copied_context_carries_it_into_a_thread(pool):
+    """A thread starts in a context of its own; the program's copy of its
+    context, run in the thread, takes its blocks from the pool."""
+    import contextvars
+
+    seen = []
+    with cp.zeroed_arrays(pool):
+        ctx = contextvars.copy_context()
+    t = threading.Thread(target=lambda: seen.append(
+        ctx.run(lambda: _from(pool, np.zeros(BLOCK, dtype=np.uint8)))))
+    t.start()
+    t.join()
+    assert seen == [True]
+    assert pool.stats().out == 0
+
+
+def test_threads_under_one_pool_each_get_zeroed_blocks():
+    """Threads, each in zeroed_arrays of one small pool, allocating,
+    dirtying and dropping blocks at once: every array starts zero, and
+    every block comes back."""
+    with cp.Pool(BLOCK, capacity=4 * BLOCK, page_size="4k") as p:
+        bad = []
+
+        def work(k: int) -> None:
+            with cp.zeroed_arrays(p):
+                for i in range(100):
+                    a = np.zeros(BLOCK, dtype=np.uint8)
+                    b = np.empty(BLOCK, dtype=np.uint8)
+                    if a.any():
+                        bad.append((k, i))
+                    a[:] = k + 1
+                    b[:] = 0xFF
+                    del a, b
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        s = p.stats()
+        assert bad == []
+        assert s.out == 0 and s.acquires > 0
+
+
 def test_bad_arguments(pool):
     with pytest.raises(TypeError, match=r"clearpages\.Pool"):
         cp.zeroed_arrays(42)
