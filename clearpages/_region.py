@@ -212,13 +212,16 @@ def _hugetlb_error(size: int, page_bytes: int, err: int,
                % (page, pool["path"].rsplit("/", 1)[0]))
     else:
         usable = max(0, (pool["free"] or 0) - (pool["reserved"] or 0))
+        # The pool's size that serves this request beside what is taken
+        # now: for the sysfs file and the boot line alike.
+        total = pool["nr"] + need - usable
         msg = (what + " needs %d hugetlb page%s of %s, but only %d of %d %s free "
                "and unreserved; reserve more as root with `echo %d > %s` (or boot with "
                "hugepagesz=%s hugepages=%d)") % (
                   _fmt_size(size), need, "" if need == 1 else "s", page, usable,
                   pool["nr"], "is" if usable == 1 else "are",
-                  pool["nr"] + need - usable, pool["path"],
-                  page.replace(" GiB", "G").replace(" MiB", "M"), need)
+                  total, pool["path"],
+                  page.replace(" GiB", "G").replace(" MiB", "M"), total)
     return HugePagesUnavailable(err, "%s (%s)" % (msg, os.strerror(err)))
 
 

@@ -523,6 +523,18 @@ def test_1g_move_only_to_pud_alignment(gigantic_pages):
             r.move_to(r.address + 3 * GiB + 2 * MiB)
 
 
+def test_the_reservation_said_serves_the_request_beside_the_pages_taken(monkeypatch):
+    """Three 1 GiB pages, two held by regions: growing one by 3 GiB needs a
+    pool of five, on the sysfs line and the boot line alike."""
+    path = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+    monkeypatch.setattr(_region, "hugetlb_pages", lambda page: {
+        "path": path, "nr": 3, "free": 1, "reserved": 0, "surplus": 0})
+    text = str(_region._hugetlb_error(3 * GiB, GiB, errno.ENOMEM,
+                                      "growing the region by %s"))
+    assert "needs 3 hugetlb pages of 1 GiB, but only 1 of 3 is free" in text
+    assert "`echo 5 > %s`" % path in text and "hugepagesz=1G hugepages=5" in text
+
+
 def test_unavailable_hugetlb_pages_say_how_to_reserve_them():
     pool = _region.hugetlb_pages(GiB)
     usable = max(0, (pool["free"] or 0) - (pool["reserved"] or 0))
