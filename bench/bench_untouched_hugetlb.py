@@ -26,14 +26,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clearpages as cp
-from clearpages import _system
 from clearpages.tools.lowlevel import parse_size
 
 GiB = 1 << 30
+POOL = "/sys/kernel/mm/hugepages/hugepages-1048576kB/"
+
+
+def pool(name: str) -> int | None:
+    """A number of the 1 GiB hugetlb pool (None: no such pool here)."""
+    try:
+        with open(POOL + name) as f:
+            return int(f.read())
+    except OSError:
+        return None
 
 
 def free_pages() -> int:
-    return int(_system.hugetlb_pages(GiB)["free"] or 0)
+    return pool("free_hugepages") or 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,14 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="2G")
     args = ap.parse_args(argv)
     size = parse_size(args.size)
-    pool = _system.hugetlb_pages(GiB)
-    if pool["nr"] is None:
+    nr = pool("nr_hugepages")
+    if nr is None:
         print("no 1 GiB hugetlb pages on this system")
         return 1
     need = -(-size // GiB)
-    if free_pages() - (pool["reserved"] or 0) < need:
-        print("needs %d free 1 GiB hugetlb pages; as root: echo %d > %s"
-              % (need, pool["nr"] + need, pool["path"]))
+    if free_pages() - (pool("resv_hugepages") or 0) < need:
+        print("needs %d free 1 GiB hugetlb pages; as root: echo %d > %snr_hugepages"
+              % (need, nr + need, POOL))
         return 1
     info = cp.cpu()
     print("a fresh %s Region of 1 GiB pages; %s; Python %s"
