@@ -36,6 +36,7 @@ import statistics
 import sys
 import time
 import timeit
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,12 +50,9 @@ def quartiles(xs: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def run(n: int, pairs: int, number: int) -> dict[str, float]:
-    b = bytearray(n)
-    timer = timeit.Timer("clear(b)", timer=time.thread_time,
-                          globals={"clear": cp.clear, "b": b})
-    cp.set_adaptive(True)
-    timer.timeit(number=200000)         # the learner settles on this buffer
+def alternate(block: Callable[[int], float], pairs: int, number: int) -> dict[str, float]:
+    """Blocks of `number` calls (block(number): ns a call) with adaptation
+    on and off in turn, the order of each pair swapped from pair to pair."""
     on: list[float] = []
     off: list[float] = []
     ratios: list[float] = []
@@ -62,8 +60,7 @@ def run(n: int, pairs: int, number: int) -> dict[str, float]:
         got = {}
         for mode in ((True, False) if i % 2 else (False, True)):
             cp.set_adaptive(mode)
-            timer.timeit(number=1000)   # back in the cache, the mode's path warm
-            got[mode] = timer.timeit(number=number) / number * 1e9
+            got[mode] = block(number)
         on.append(got[True])
         off.append(got[False])
         ratios.append(got[True] / got[False])
@@ -72,6 +69,19 @@ def run(n: int, pairs: int, number: int) -> dict[str, float]:
     return {"on": statistics.median(on), "off": statistics.median(off),
             "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
             "total": sum(on) / sum(off)}
+
+
+def run(n: int, pairs: int, number: int) -> dict[str, float]:
+    b = bytearray(n)
+    timer = timeit.Timer("clear(b)", timer=time.thread_time,
+                          globals={"clear": cp.clear, "b": b})
+    cp.set_adaptive(True)
+    timer.timeit(number=200000)         # the learner settles on this buffer
+
+    def block(calls: int) -> float:
+        timer.timeit(number=1000)       # back in the cache, the mode's path warm
+        return timer.timeit(number=calls) / calls * 1e9
+    return alternate(block, pairs, number)
 
 
 def run_cold(n: int, pool: int, pairs: int, number: int) -> dict[str, float]:
@@ -94,24 +104,11 @@ def run_cold(n: int, pool: int, pairs: int, number: int) -> dict[str, float]:
         return (time.thread_time_ns() - t0) / calls
     cp.set_adaptive(True)
     block(4 * slots)                    # the learner settles on the walk
-    on: list[float] = []
-    off: list[float] = []
-    ratios: list[float] = []
-    for i in range(pairs):
-        got = {}
-        for mode in ((True, False) if i % 2 else (False, True)):
-            cp.set_adaptive(mode)
-            got[mode] = block(number)
-        on.append(got[True])
-        off.append(got[False])
-        ratios.append(got[True] / got[False])
-    cp.set_adaptive(True)
-    whole.release()
-    m.close()
-    q1, q3 = quartiles(ratios)
-    return {"on": statistics.median(on), "off": statistics.median(off),
-            "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
-            "total": sum(on) / sum(off)}
+    try:
+        return alternate(block, pairs, number)
+    finally:
+        whole.release()
+        m.close()
 
 
 def main(argv: list[str] | None = None) -> int:
