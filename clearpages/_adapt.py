@@ -143,6 +143,12 @@ TRIGGER = {
     lib.CP_ADAPT_BY_SIZE: (
         "two calls in a row, during a comparison, of sizes more than a quarter off the one it "
         "started on (the program moved to other sizes of the class): compared afresh"),
+    lib.CP_ADAPT_BY_SILENCE: (
+        "a call after a silence, while comparing or undecided: more of other clears since "
+        "the previous call of its size class than %d times the window and than %d times "
+        "the most between its latest calls (the program did something else meanwhile): "
+        "compared afresh"
+        % (lib.CP_ADAPT_SILENCE_FACTOR, lib.CP_ADAPT_SILENCE_FACTOR)),
 }
 
 

@@ -1945,6 +1945,41 @@ def test_warm_cold_warm_again_is_followed_without_a_clock(learner):
     assert prog.roles[start:start + 8] == [S] * 8 and prog.share(S, start) > 0.9
 
 
+def test_an_undecided_context_compares_afresh_after_a_silence(learner):
+    """A walk where both roles cost the same settles undecided, on its safe
+    role (ordinary stores); after a phase of other clears (eight windows)
+    the walk comes back where streaming costs a third as much: compared
+    afresh at its first call (CP_ADAPT_BY_SILENCE), and on streaming within
+    the bound, though ordinary stores cost what they did (no change for the
+    settled role's samples to see)."""
+    learner()
+    prog = Program(seed=3)
+    n = 2 * MiB
+    prog.walk(n, 300, cost=(COLD[T], COLD[T]))
+    assert stat(21, OTHER).learned == lib.CP_LEARNED_EVEN
+    comparisons = stat(21, OTHER).comparisons
+    prog.walk(256 * KiB, 1024)
+    start = len(prog.roles)
+    prog.walk(n, 300)
+    assert not untimed(prog.tickets[start])
+    st = stat(21, OTHER)
+    assert st.comparisons > comparisons
+    assert prog.settled_from(S, start) <= max(64, 64 * MiB // n)
+
+
+def test_a_buffer_whose_calls_come_after_long_gaps_as_a_rule_settles(learner):
+    """A buffer cleared once among 256 MiB of other clears, again and
+    again: its first return is a silence, the next ones are its rhythm, so
+    its comparison is not started afresh at each call."""
+    learner()
+    prog = Program(seed=3)
+    n = 2 * MiB
+    for i in range(200):
+        prog.step(n, POOL + (i % 512) * n, cost=(COLD[T], COLD[T]))
+        prog.walk(256 * KiB, 1024)
+    assert stat(21, OTHER).comparisons <= 4
+
+
 @pytest.mark.parametrize("n", [16 * KiB, 1 * MiB, 16 * MiB])
 def test_a_change_of_use_is_followed_within_the_bound(learner, n):
     """The same cold pool, only cleared, then read after each clear, then

@@ -24,6 +24,8 @@
 
 enum {
     SEEN = 512,                 /* slots of the address table */
+    GAP_FADE_SHIFT = 3,         /* a size class's most gap between calls fades by an
+                                   eighth at each of its calls under the lock (silent) */
     STACK = 8,                  /* the latest distinct large buffers, remembered in
                                    order (is_recent) */
     STACK_DIVISOR = 64,         /* ... large: reuse_bytes / this or more */
@@ -409,6 +411,13 @@ static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stacked stack[STACK];
 static uint64_t large_clock;
 static size_t stack_min;
+/* A gap between two calls of a context shorter than this is never a
+ * silence: CP_ADAPT_SILENCE_FACTOR times the window (silent). */
+static uint64_t silence_floor;
+/* Each size class's byte clock after its latest call, either context's
+ * (0: none), and the most bytes of other clears between two of its latest
+ * calls (silent); relaxed atomics, without the lock. */
+static uint64_t class_seen[CP_ADAPT_CLASSES], class_gap[CP_ADAPT_CLASSES];
 /* The latest band call that was looked up in the address table. */
 static struct {
     uintptr_t addr;
@@ -529,6 +538,8 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
 static void forget(void)
 {
     memset(table, 0, sizeof table);
+    memset(class_seen, 0, sizeof class_seen);
+    memset(class_gap, 0, sizeof class_gap);
     memset(kept_class, 0, sizeof kept_class);
     memset(kept_bound, 0, sizeof kept_bound);
     memset(fp_hist, 0, sizeof fp_hist);
@@ -545,6 +556,7 @@ static void forget(void)
     memset(stack, 0, sizeof stack);
     large_clock = 0;
     stack_min = params.reuse_bytes / STACK_DIVISOR ? params.reuse_bytes / STACK_DIVISOR : 1;
+    STORE(silence_floor, (uint64_t)CP_ADAPT_SILENCE_FACTOR * params.reuse_bytes);
     pthread_mutex_unlock(&stack_lock);
     rng = params.seed ? params.seed : 1;
     STORE(generation, generation + 1);
@@ -831,6 +843,9 @@ static void flush_fast(void)
     uint64_t now = LOAD(byte_clock) + (uint64_t)ran * n;
     STORE(byte_clock, now);
     int cls = size_class(n);
+    uint64_t seen = LOAD(class_seen[cls]);
+    if (seen)                       /* its class's calls, not a silence (silent) */
+        STORE(class_seen[cls], seen + (uint64_t)ran * n);
     if (n > LOAD(recent_most) && n <= LOAD(cached_most) && LOAD(fp_hist[cls]) & FP_SEEN)
         fp_note(cls, ran, n > LOAD(crowd_most));  /* back to back: its own size */
     struct seen *e = slot_of(a);
@@ -937,7 +952,8 @@ static void quiet_run(struct ctx_state *s, size_t n, int cls, int ctx)
 
 /* ---- choosing ----------------------------------------------------------- */
 
-static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing);
+static int choose_locked(size_t n, int cls, int ctx, struct ctx_state *s, int closing,
+                         int silent);
 static int cached_call(size_t n, int cls, int ctx, struct ctx_state *s, int again,
                        int near, int closing, int role, int learned);
 static uint32_t check_gap(size_t n);
@@ -1037,6 +1053,39 @@ static int presumed_unjudged(size_t n, int cls)
     return n > LOAD(recent_most) && LOAD(kept_class[cls]) <= 0;
 }
 
+/* Whether this call comes after a silence of its size class: more bytes
+ * of other clears since the class's previous call (either context's) than
+ * CP_ADAPT_SILENCE_FACTOR times the window, and than that many times the
+ * most between its latest calls.  The program did something else
+ * meanwhile (a phase of other sizes), and what the class compared before
+ * was another program's: a comparison under way starts afresh, and so
+ * does one that ended undecided (choose_locked; a verdict holds, and a
+ * cached or large context's calls only keep the clock).  On the Zen 2
+ * guest a walk of 2.1 MiB pages written after each clear (undecided:
+ * settled on ordinary stores) and, 1.7 GiB of other clears later, a walk
+ * of 2.5 MiB pages each followed by reads of other memory (streaming cost
+ * 0.66 of ordinary stores) waited for the recheck: 0.81 of streaming over
+ * the second walk.  Per class, not per context: a buffer whose calls turn
+ * from recent to not and back is no silence of either.  A class whose
+ * calls come back after long gaps as a rule is judged by its own latest
+ * gaps.  Without the lock (relaxed atomics): racing calls may lose an
+ * update, which moves a gap by one call's bytes. */
+static int silent(int cls, size_t n)
+{
+    uint64_t now = LOAD(byte_clock), was = LOAD(class_seen[cls]);
+    STORE(class_seen[cls], now);
+    if (!was || now < was + n)
+        return 0;
+    uint64_t between = now - was - n, most = LOAD(class_gap[cls]);
+    if (between <= most)
+        return 0;
+    /* The most, a silence too: a size whose calls come back after long
+     * gaps as a rule compares afresh after the first alone.  (It fades by
+     * an eighth at each call of the class under the lock: choose_locked.) */
+    STORE(class_gap[cls], between);
+    return between > LOAD(silence_floor) && between > CP_ADAPT_SILENCE_FACTOR * most;
+}
+
 static int choose(size_t n, const void *addr)
 {
     flush_fast();
@@ -1047,6 +1096,7 @@ static int choose(size_t n, const void *addr)
      * its refill holds (cached_call). */
     int near = again || LOAD(last.between) <= n / NEAR_DIVISOR;
     struct ctx_state *s = &table[cls][ctx];
+    int hush = silent(cls, n);      /* (every call's: its untimed ones too) */
     int closing = span_open();
     int evicted = LOAD(s->evicted);
     int held = 0;
@@ -1087,14 +1137,19 @@ static int choose(size_t n, const void *addr)
     if (large && n >= large)
         return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
+    /* After a silence only an undecided context, or one comparing,
+     * compares afresh (choose_locked): a verdict holds, its samples still
+     * watching for a change in what its role costs. */
+    int learned = LOAD(s->learned);
+    hush = hush && (learned == CP_LEARNED_EVEN || learned == CP_LEARNED_COMPARING);
     uint32_t quiet = LOAD(s->quiet_left);
-    if (quiet) {
+    if (quiet && !hush) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
         STORE(s->quiet_left, quiet - 1);
         int ticket = ticket_of(cls, ctx, LOAD(s->role), 0);
         return closing ? ticket | CP_ADAPT_CLOSE : ticket | CP_ADAPT_UNTIMED;
     }
-    return choose_locked(n, cls, ctx, s, closing);
+    return choose_locked(n, cls, ctx, s, closing, hush);
 }
 
 /* What the size and the buffer's history tell without a clock, untimed: a
@@ -1368,7 +1423,8 @@ static void init_context(struct ctx_state *s, size_t n, int ctx)
 /* The rest of choose: a timed call, under the lock.  Apart, so that the
  * untimed path above stays a leaf with nothing to save. */
 static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
-                                                   struct ctx_state *s, int closing)
+                                                   struct ctx_state *s, int closing,
+                                                   int silent)
 {
     if (pthread_mutex_trylock(&lock) != 0) {
         /* Another thread is choosing: the role this context runs (its start
@@ -1392,6 +1448,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     drain_quiet(s);
     s->calls++;
     s->since++;
+    uint64_t gap = LOAD(class_gap[cls]);
+    STORE(class_gap[cls], gap - (gap >> GAP_FADE_SHIFT));
     int ticket;
     int likely = ctx || s->start == CP_ADAPT_STREAMING;
     if (s->learned == CP_LEARNED_FIRST && !s->busy
@@ -1413,6 +1471,8 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     } else {
         if (s->learned == CP_LEARNED_FIRST)
             start_comparison(s, CP_ADAPT_BY_START);
+        else if (silent && (s->comparing || s->learned == CP_LEARNED_EVEN))
+            start_comparison(s, CP_ADAPT_BY_SILENCE);
         else if (!s->comparing && s->since >= s->recheck)
             start_comparison(s, CP_ADAPT_BY_RECHECK);
         if (s->comparing && s->cmp_hi && (n < s->cmp_lo || n > s->cmp_hi)) {

@@ -203,8 +203,13 @@ enum {
     CP_ADAPT_BY_RECHECK = 2,    /* the recheck gap ran out */
     CP_ADAPT_BY_EVICTED = 3,    /* a recent buffer taken as cached cleared slower than
                                    streaming would: it was not in the cache */
-    CP_ADAPT_BY_SIZE = 4        /* two calls in a row, during a comparison, of sizes
+    CP_ADAPT_BY_SIZE = 4,       /* two calls in a row, during a comparison, of sizes
                                    more than a quarter off the size it started on */
+    CP_ADAPT_BY_SILENCE = 5,    /* a call of a context comparing or undecided after
+                                   more of other clears since its size class's
+                                   previous call than CP_ADAPT_SILENCE_FACTOR times
+                                   the window and the most between its latest calls */
+    CP_ADAPT_SILENCE_FACTOR = 4
 };
 
 struct cp_adapt_params {
