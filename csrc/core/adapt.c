@@ -282,6 +282,11 @@ struct ctx_state {
     uint32_t last_pairs, last_dropped, last_wins;
     double last_ratio;
     /* Read and written without the lock (relaxed atomics): */
+    /* The size class's, kept in its OTHER context's state, on the line of
+     * the quiet run a walk of cold buffers reads anyway (silent): the byte
+     * clock after the class's latest call, either context's (0: none), and
+     * the most bytes of other clears between two of its latest calls. */
+    uint64_t class_seen, class_gap;
     uint32_t quiet_left;        /* untimed calls still to run on `role` */
     uint32_t quiet_set;         /* quiet_left when the lock last set it */
     uint32_t quiet_ran;         /* untimed calls not yet counted in `calls` */
@@ -414,10 +419,6 @@ static size_t stack_min;
 /* A gap between two calls of a context shorter than this is never a
  * silence: CP_ADAPT_SILENCE_FACTOR times the window (silent). */
 static uint64_t silence_floor;
-/* Each size class's byte clock after its latest call, either context's
- * (0: none), and the most bytes of other clears between two of its latest
- * calls (silent); relaxed atomics, without the lock. */
-static uint64_t class_seen[CP_ADAPT_CLASSES], class_gap[CP_ADAPT_CLASSES];
 /* The latest band call that was looked up in the address table. */
 static struct {
     uintptr_t addr;
@@ -538,8 +539,6 @@ void cp_adapt_defaults(struct cp_adapt_params *p)
 static void forget(void)
 {
     memset(table, 0, sizeof table);
-    memset(class_seen, 0, sizeof class_seen);
-    memset(class_gap, 0, sizeof class_gap);
     memset(kept_class, 0, sizeof kept_class);
     memset(kept_bound, 0, sizeof kept_bound);
     memset(fp_hist, 0, sizeof fp_hist);
@@ -843,9 +842,10 @@ static void flush_fast(void)
     uint64_t now = LOAD(byte_clock) + (uint64_t)ran * n;
     STORE(byte_clock, now);
     int cls = size_class(n);
-    uint64_t seen = LOAD(class_seen[cls]);
+    struct ctx_state *c = &table[cls][CP_ADAPT_OTHER];
+    uint64_t seen = LOAD(c->class_seen);
     if (seen)                       /* its class's calls, not a silence (silent) */
-        STORE(class_seen[cls], seen + (uint64_t)ran * n);
+        STORE(c->class_seen, seen + (uint64_t)ran * n);
     if (n > LOAD(recent_most) && n <= LOAD(cached_most) && LOAD(fp_hist[cls]) & FP_SEEN)
         fp_note(cls, ran, n > LOAD(crowd_most));  /* back to back: its own size */
     struct seen *e = slot_of(a);
@@ -1072,17 +1072,18 @@ static int presumed_unjudged(size_t n, int cls)
  * update, which moves a gap by one call's bytes. */
 static int silent(int cls, size_t n)
 {
-    uint64_t now = LOAD(byte_clock), was = LOAD(class_seen[cls]);
-    STORE(class_seen[cls], now);
+    struct ctx_state *c = &table[cls][CP_ADAPT_OTHER];
+    uint64_t now = LOAD(byte_clock), was = LOAD(c->class_seen);
+    STORE(c->class_seen, now);
     if (!was || now < was + n)
         return 0;
-    uint64_t between = now - was - n, most = LOAD(class_gap[cls]);
+    uint64_t between = now - was - n, most = LOAD(c->class_gap);
     if (between <= most)
         return 0;
     /* The most, a silence too: a size whose calls come back after long
      * gaps as a rule compares afresh after the first alone.  (It fades by
      * an eighth at each call of the class under the lock: choose_locked.) */
-    STORE(class_gap[cls], between);
+    STORE(c->class_gap, between);
     return between > LOAD(silence_floor) && between > CP_ADAPT_SILENCE_FACTOR * most;
 }
 
@@ -1448,8 +1449,9 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     drain_quiet(s);
     s->calls++;
     s->since++;
-    uint64_t gap = LOAD(class_gap[cls]);
-    STORE(class_gap[cls], gap - (gap >> GAP_FADE_SHIFT));
+    struct ctx_state *c = &table[cls][CP_ADAPT_OTHER];
+    uint64_t gap = LOAD(c->class_gap);
+    STORE(c->class_gap, gap - (gap >> GAP_FADE_SHIFT));
     int ticket;
     int likely = ctx || s->start == CP_ADAPT_STREAMING;
     if (s->learned == CP_LEARNED_FIRST && !s->busy
