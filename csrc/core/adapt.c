@@ -1087,6 +1087,15 @@ static int silent(int cls, size_t n)
     return between > LOAD(silence_floor) && between > CP_ADAPT_SILENCE_FACTOR * most;
 }
 
+/* After a silence only a context comparing, or one that ended undecided,
+ * compares afresh: a verdict holds, its samples still watching for a
+ * change in what its role costs. */
+static int afresh_after_silence(const struct ctx_state *s)
+{
+    int learned = LOAD(s->learned);
+    return learned == CP_LEARNED_COMPARING || learned == CP_LEARNED_EVEN;
+}
+
 static int choose(size_t n, const void *addr)
 {
     flush_fast();
@@ -1138,11 +1147,7 @@ static int choose(size_t n, const void *addr)
     if (large && n >= large)
         return cached_call(n, cls, ctx, s, again, near, closing, CP_ADAPT_STREAMING,
                            CP_LEARNED_LARGE);
-    /* After a silence only an undecided context, or one comparing,
-     * compares afresh (choose_locked): a verdict holds, its samples still
-     * watching for a change in what its role costs. */
-    int learned = LOAD(s->learned);
-    hush = hush && (learned == CP_LEARNED_EVEN || learned == CP_LEARNED_COMPARING);
+    hush = hush && afresh_after_silence(s);
     uint32_t quiet = LOAD(s->quiet_left);
     if (quiet && !hush) {
         /* Settled: the role, untimed, no lock (timed only to close a span). */
@@ -1473,7 +1478,7 @@ static __attribute__((noinline)) int choose_locked(size_t n, int cls, int ctx,
     } else {
         if (s->learned == CP_LEARNED_FIRST)
             start_comparison(s, CP_ADAPT_BY_START);
-        else if (silent && (s->comparing || s->learned == CP_LEARNED_EVEN))
+        else if (silent && afresh_after_silence(s))     /* (again, under the lock) */
             start_comparison(s, CP_ADAPT_BY_SILENCE);
         else if (!s->comparing && s->since >= s->recheck)
             start_comparison(s, CP_ADAPT_BY_RECHECK);

@@ -34,7 +34,7 @@
     X(region_resize) X(region_move_to) X(region_move_congruent) \
     X(policy_decide) X(policy_hot_all) \
     X(adapt_choose) X(adapt_record_span) X(adapt_now_ns) \
-    X(scan_is_zero) X(scan_nonzero_pages) X(untouched_trim) X(extents_free) \
+    X(scan_is_zero) X(scan_nonzero_pages) X(untouched_trim) X(untouched_peekable) X(extents_free) \
     X(fork_generation) \
     X(pool_new) X(pool_retain) X(pool_unref) X(pool_take) X(pool_give) X(pool_owns) \
     X(pool_close) X(pool_trim) X(pool_set_pace) X(pool_stats)

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "clearpages.h"
@@ -135,6 +136,13 @@ static uintptr_t page_size(void)
         ps = v > 0 ? (uintptr_t)v : 4096;
     }
     return ps;
+}
+
+int cp_untouched_peekable(const void *addr)
+{
+    uintptr_t ps = page_size();
+    unsigned char in;
+    return mincore((void *)((uintptr_t)addr - (uintptr_t)addr % ps), 1, &in) != 0 || (in & 1);
 }
 
 /* ---- ranges ----------------------------------------------------------- */

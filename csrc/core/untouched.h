@@ -31,6 +31,12 @@ size_t cp_untouched_trim(const struct cp_extent *ext, size_t n, struct cp_extent
 /* Free what cp_untouched_trim returned. */
 void cp_extents_free(struct cp_extent *ext);
 
+/* 1 where the page holding addr is in memory (mincore), or that cannot be
+ * told; 0 where it is not: a read would fault it in (a hugetlb page: a
+ * whole huge page taken from the pool and zeroed by the kernel).  For the
+ * bytes a scan peeks at before it looks for untouched pages. */
+int cp_untouched_peekable(const void *addr);
+
 /* Tests: 1 reads /proc/self/pagemap entry by entry, as on a kernel without
  * the PAGEMAP_SCAN ioctl; 0 finds out again what the kernel has. */
 void cp_untouched_use_pagemap(int on);

@@ -9,8 +9,6 @@
  */
 
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "fast.h"
 
@@ -124,24 +122,6 @@ static int touched_extents(const char *p, size_t n, struct cp_extent **kept, siz
     return *m != (size_t)-1;
 }
 
-/* Whether the byte at q may be read before the look for untouched pages:
- * its page is in memory (mincore), or that cannot be told (read, as
- * without the look).  A page not in memory is not read: the read would
- * fault it in, and a hugetlb page so faulted is a whole huge page (1 GiB)
- * taken from the pool and zeroed by the kernel, where an ordinary one maps
- * the zero page. */
-static int peekable(const char *q)
-{
-    static uintptr_t page;
-    if (!page) {
-        long v = sysconf(_SC_PAGESIZE);
-        page = v > 0 ? (uintptr_t)v : 4096;
-    }
-    unsigned char in;
-    void *at = (void *)((uintptr_t)q & ~(page - 1));
-    return mincore(at, 1, &in) != 0 || (in & 1);
-}
-
 /* A contiguous buffer whose pages never touched are not read: they read
  * as zero.  Reading them would map the zero page into each, a fault per
  * 4 KiB page, slower than the scan itself (and fault in a whole page of a
@@ -153,7 +133,7 @@ static int scan_contiguous(const char *p, size_t n, int threads)
     if (cp_policy_looks_untouched(&config.policy, n)) {
         const char *peek[3] = {p, p + n - 1, p + n / 2};
         for (int i = 0; i < 3; i++)
-            if (peekable(peek[i]) && *peek[i])
+            if (native->untouched_peekable(peek[i]) && *peek[i])
                 return 0;
     }
     struct cp_extent *kept;
