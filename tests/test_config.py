@@ -228,6 +228,32 @@ def _routines_run(call, *args, **kw):
     return ran
 
 
+def test_a_method_name_built_at_run_time_runs_that_method(config):
+    """A method given as another str than the literal (read from a file or
+    the environment, built by a join) runs the routine it names, each of
+    them in turn, and again after a reload of the configuration (which
+    makes new name objects); one that names nothing is refused."""
+    buf = bytearray(b"x" * 8192)
+
+    def built(name):
+        return "".join(list(name))
+
+    names = [m for m in cp.methods() if m != "libc"][:2] + ["libc"]
+    for _ in range(2):
+        for name in names + names[::-1]:
+            b = built(name)
+            assert b == name and b is not name
+            buf[:] = b"x" * len(buf)
+            assert _routines_run(cp.clear, buf, method=b) == [name]
+            assert buf == bytearray(len(buf))
+        config({})
+    with pytest.raises(ValueError):
+        cp.clear(buf, method=built("libcx"))
+    buf[:] = b"x" * len(buf)
+    cp.clear(buf, method=built("auto"))
+    assert buf == bytearray(len(buf))
+
+
 @pytest.mark.parametrize("method", [None, "libc", "movnti"])
 @pytest.mark.parametrize("nt", [None, "0", "1000", "2048", "4096", "1M"])
 def test_what_runs_is_what_plan_says(config, nt, method):
