@@ -16,6 +16,10 @@ call clears the next slice of the pool, last touched a whole pool ago, so
 the learner's lookup of an address it has not seen lately is inside every
 call, and the clear of cold memory leaves no room to hide it.
 
+``--method NAME`` adds a third block to each round, ``clear(b,
+method=NAME)``: what a user comparing auto with the routine it runs sees
+(on / NAME), where "off" is the static policy's path.
+
 The timing loop is ``timeit``'s own (a bytecode loop calling the bound
 ``clear(b)``): no lambda, no ctypes; its clock is the thread's CPU time, so
 that a block the scheduler took the CPU from in the middle (the others'
@@ -25,7 +29,7 @@ each mode, the median and interquartile range of the per-pair ratio
 at its weight).
 
     python bench/bench_adapt_cost.py [--size 16K] [--pairs 401] [--number 5000] [--repeat 1]
-                                     [--cold 512M]
+                                     [--cold 512M] [--method libc]
 """
 
 from __future__ import annotations
@@ -50,41 +54,53 @@ def quartiles(xs: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def alternate(block: Callable[[int], float], pairs: int, number: int) -> dict[str, float]:
-    """Blocks of `number` calls (block(number): ns a call) with adaptation
-    on and off in turn, the order of each pair swapped from pair to pair."""
-    on: list[float] = []
-    off: list[float] = []
-    ratios: list[float] = []
+Block = Callable[[int, "str | None"], float]
+
+
+def alternate(block: Block, pairs: int, number: int,
+              method: str | None = None) -> dict[str, float]:
+    """Blocks of `number` calls (block(number, method): ns a call) with
+    adaptation on and off in turn, and where a method is named a block of
+    clear(method=...) beside them; the order turned from round to round."""
+    kinds = ["on", "off"] + (["method"] if method else [])
+    times: dict[str, list[float]] = {k: [] for k in kinds}
     for i in range(pairs):
-        got = {}
-        for mode in ((True, False) if i % 2 else (False, True)):
-            cp.set_adaptive(mode)
-            got[mode] = block(number)
-        on.append(got[True])
-        off.append(got[False])
-        ratios.append(got[True] / got[False])
+        turn = i % len(kinds)
+        for kind in (kinds[turn:] + kinds[:turn])[::1 if i % 2 else -1]:
+            cp.set_adaptive(kind != "off")
+            times[kind].append(block(number, method if kind == "method" else None))
     cp.set_adaptive(True)
+    ratios = [a / b for a, b in zip(times["on"], times["off"])]
     q1, q3 = quartiles(ratios)
-    return {"on": statistics.median(on), "off": statistics.median(off),
-            "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
-            "total": sum(on) / sum(off)}
+    out = {"on": statistics.median(times["on"]), "off": statistics.median(times["off"]),
+           "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
+           "total": sum(times["on"]) / sum(times["off"])}
+    if method:
+        vs = [a / b for a, b in zip(times["on"], times["method"])]
+        out["method"] = statistics.median(times["method"])
+        out["vs"] = statistics.median(vs)
+        out["vs_q1"], out["vs_q3"] = quartiles(vs)
+    return out
 
 
-def run(n: int, pairs: int, number: int) -> dict[str, float]:
+def run(n: int, pairs: int, number: int, method: str | None = None) -> dict[str, float]:
     b = bytearray(n)
     timer = timeit.Timer("clear(b)", timer=time.thread_time,
                           globals={"clear": cp.clear, "b": b})
+    named = timeit.Timer("clear(b, method=m)", timer=time.thread_time,
+                         globals={"clear": cp.clear, "b": b, "m": method})
     cp.set_adaptive(True)
     timer.timeit(number=200000)         # the learner settles on this buffer
 
-    def block(calls: int) -> float:
-        timer.timeit(number=1000)       # back in the cache, the mode's path warm
-        return timer.timeit(number=calls) / calls * 1e9
-    return alternate(block, pairs, number)
+    def block(calls: int, m: str | None) -> float:
+        t = named if m else timer
+        t.timeit(number=1000)           # back in the cache, the mode's path warm
+        return t.timeit(number=calls) / calls * 1e9
+    return alternate(block, pairs, number, method)
 
 
-def run_cold(n: int, pool: int, pairs: int, number: int) -> dict[str, float]:
+def run_cold(n: int, pool: int, pairs: int, number: int,
+             method: str | None = None) -> dict[str, float]:
     """run's figures for a walk of a pool: each call the next n-byte slice."""
     m = mmap.mmap(-1, pool)
     whole = memoryview(m)
@@ -93,19 +109,24 @@ def run_cold(n: int, pool: int, pairs: int, number: int) -> dict[str, float]:
     slots = max(1, (pool - n) // stride + 1)
     at = 0
 
-    def block(calls: int) -> float:
+    def block(calls: int, m: str | None) -> float:
         nonlocal at
         views = [whole[((at + i) % slots) * stride:][:n] for i in range(calls)]
         at = (at + calls) % slots
         clear = cp.clear
-        t0 = time.thread_time_ns()
-        for v in views:
-            clear(v)
+        if m:
+            t0 = time.thread_time_ns()
+            for v in views:
+                clear(v, method=m)
+        else:
+            t0 = time.thread_time_ns()
+            for v in views:
+                clear(v)
         return (time.thread_time_ns() - t0) / calls
     cp.set_adaptive(True)
-    block(4 * slots)                    # the learner settles on the walk
+    block(4 * slots, None)              # the learner settles on the walk
     try:
-        return alternate(block, pairs, number)
+        return alternate(block, pairs, number, method)
     finally:
         whole.release()
         m.close()
@@ -119,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--cold", metavar="POOL", help="walk a pool of this size (512M) instead "
                     "of clearing one buffer")
+    ap.add_argument("--method", help="a third block: clear(method=METHOD)")
     args = ap.parse_args(argv)
     n = parse_size(args.size)
     info = cp.cpu()
@@ -133,12 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     print("%d pairs of %d-call blocks, interleaved; static choice %s"
           % (args.pairs, args.number, static))
     for _ in range(args.repeat):
-        r = run_cold(n, pool, args.pairs, args.number) if pool else run(n, args.pairs,
-                                                                         args.number)
+        r = (run_cold(n, pool, args.pairs, args.number, args.method) if pool
+             else run(n, args.pairs, args.number, args.method))
         print("on %.1f ns, off %.1f ns per call (medians); on/off %.4f [%.4f-%.4f], "
               "total %.4f; learner runs %s"
               % (r["on"], r["off"], r["ratio"], r["q1"], r["q3"], r["total"],
                  cp.plan(n, threads=1).method))
+        if args.method:
+            print("%s %.1f ns per call (median); on/%s %.4f [%.4f-%.4f]"
+                  % (args.method, r["method"], args.method, r["vs"], r["vs_q1"], r["vs_q3"]))
     return 0
 
 

@@ -2200,6 +2200,38 @@ def test_a_buffer_is_recent_by_the_bytes_its_own_thread_cleared_since(learner):
         xb.shutdown()
 
 
+_SOLE_THEN_TWO = """
+from concurrent.futures import ThreadPoolExecutor
+from clearpages._native import ffi, lib
+MiB = 1 << 20
+p = ffi.new("struct cp_adapt_params *")
+lib.cp_adapt_defaults(p)
+p.lo, p.hi, p.reuse_bytes, p.recent_max = 16 * 1024, 128 * MiB, 16 * MiB, 4 * MiB
+lib.cp_adapt_configure(p)
+a, b, x = (ffi.cast("void *", 0x7F0000000000 - k * 0x100000000) for k in range(1, 4))
+xa, xb = ThreadPoolExecutor(max_workers=1), ThreadPoolExecutor(max_workers=1)
+ta = lambda *args: xa.submit(lib.cp_adapt_recent, *args).result(timeout=60)
+tb = lambda *args: xb.submit(lib.cp_adapt_recent, *args).result(timeout=60)
+seen = [ta(x, 9 * MiB), ta(a, 9 * MiB), tb(b, 9 * MiB)]   # a alone, then b comes
+seen += [ta(a, 9 * MiB), tb(b, 9 * MiB), tb(x, 9 * MiB)]
+print(seen)
+xa.shutdown()
+xb.shutdown()
+"""
+
+
+def test_the_first_thread_keeps_its_own_count_when_a_second_comes():
+    """A thread that looked buffers up alone, then a second one: the first
+    one's buffers are judged by the bytes it cleared since, from its first
+    clear on: its 9 MiB buffer, 9 MiB of the other thread's clears later,
+    is recent in a 16 MiB window.  A buffer it cleared is judged by every
+    thread's bytes on the other thread (36 MiB since: not recent).  A fresh
+    process, so that the first thread is the first to look anything up."""
+    r = run_python(_SOLE_THEN_TWO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == "[0, 0, 0, 1, 1, 0]"
+
+
 def test_two_threads_whose_buffers_the_cache_does_not_keep_leave_ordinary_stores(
         learner):
     """The same two threads where the cache does not keep their buffers (a
