@@ -549,6 +549,31 @@ def test_items_holding_references_are_refused_unchanged(kind, call):
         assert all(x is not None for x in buf.ravel()) if buf.dtype == object else True
 
 
+@pytest.mark.parametrize("kind", ["object", "structured", "subarray"])
+def test_references_are_refused_after_a_run_of_wide_arrays(kind):
+    """After arrays of wide items in a row (float64: the binding then asks
+    the next array of that type for its format at once), an array of
+    references is still refused, and narrow and format-less arrays between
+    them are still cleared."""
+    import sys
+
+    for _ in range(3):
+        f = np.ones(4)
+        cp.clear(f)
+        assert not f.any()
+    buf, objs = _holding(kind)
+    before = [sys.getrefcount(o) for o in objs]
+    with pytest.raises(TypeError, match=r"hold references"):
+        cp.clear(buf)
+    assert [sys.getrefcount(o) for o in objs] == before
+    for a in (np.ones(4), np.ones(4), np.ones(3, "M8[s]"), np.ones(4), np.ones(4),
+              np.ones(5, np.uint8), np.ones(4)):
+        cp.clear(a)
+        assert (a.view(np.uint8) == 0).all()
+    with pytest.raises(TypeError, match=r"hold references"):
+        cp.clear(_holding(kind)[0])
+
+
 def test_dtypes_without_references_are_still_cleared():
     """numpy cannot state a buffer format for datetime64: such an array
     holds no references and is cleared; a field named O is just a name."""
