@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -149,7 +150,9 @@ def _refuse(buf: Any, err: str) -> int:
                             "buffers and left it unchanged" % type(buf).__name__)
         if not mv.c_contiguous:
             # Fortran-ordered arrays too: a writable buffer is asked in C order.
-            if type(buf).__module__.split(".")[0] == "numpy":
+            np = sys.modules.get("numpy")
+            if type(buf).__module__.split(".")[0] == "numpy" or (
+                    np is not None and isinstance(buf, np.ndarray)):
                 return int(mv.nbytes)
             raise ValueError(
                 "the %s is not C-contiguous; pass a C-contiguous buffer or a numpy array "

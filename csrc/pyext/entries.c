@@ -191,6 +191,31 @@ static int clear_if_tensor(PyObject *buf, PyObject *method, PyObject *threads, P
     return *res ? 1 : -1;
 }
 
+/* A numpy array's buffer that is not one C-contiguous extent
+ * (acquire_writable_or_strided), released here: Fortran order cleared as
+ * the one extent it is, a strided view extent by extent, as clear_strided
+ * clears one for Python. */
+static PyObject *clear_strided_view(Py_buffer *v, int idx, int nthreads)
+{
+    int rc;
+    if (PyBuffer_IsContiguous(v, 'A')) {
+        rc = clear_extent(v->buf, (size_t)v->len, idx, nthreads);
+    } else {
+        struct strided_layout *s;
+        uint64_t len, count;
+        int status = strided_layout_new(v->buf, 0, v->ndim, (const int64_t *)v->shape,
+                                        (const int64_t *)v->strides, 1, (uint64_t)v->itemsize,
+                                        &s, &len, &count);
+        rc = status < 0 ? buffer_layout_error("", status)
+                        : clear_layout(s, (size_t)len, (size_t)count, idx, nthreads);
+        strided_layout_free(s);
+    }
+    PyBuffer_Release(v);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* strict: called back from Python with normalized arguments, so declining
  * again would be a bug, not a refusal to explain. */
 static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -215,11 +240,26 @@ static PyObject *do_clear(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         if (err)
             goto decline;
     }
-    got = acquire_writable(buf, &view, &err, -1);
+    int strided = 0;
+    got = hot ? acquire_writable(buf, &view, &err, -1)
+              : acquire_writable_or_strided(buf, &view, &err, &strided);
     if (got < 0)
         return NULL;
     if (got > 0)
         goto decline;
+    if (strided) {
+        /* The method looked up after the array's own code (see below). */
+        int idx = method_index(method), nthreads = threads_value(threads);
+        if (idx != DECLINE && nthreads != DECLINE)
+            return clear_strided_view(&view, idx, nthreads);
+        /* An argument Python explains or normalizes: as a strided array
+         * declined (Python clears it through clear_strided). */
+        PyBuffer_Release(&view);
+        err = PyUnicode_FromString("not C-contiguous");
+        if (!err)
+            return NULL;
+        goto decline;
+    }
     size_t n = (size_t)view.len;
     char *base = view.buf;
     int rc;

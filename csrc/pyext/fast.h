@@ -130,6 +130,10 @@ int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags);
     "object array, use a.fill(0)"
 
 int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t index);
+/* acquire_writable, where a numpy.ndarray (or a subclass) that is not one
+ * C-contiguous extent is taken as it is: *strided 1 with *view its buffer
+ * with shape, strides and format (PyBUF_RECORDS), its items checked. */
+int acquire_writable_or_strided(PyObject *obj, Py_buffer *view, PyObject **err, int *strided);
 int check_references(PyObject *obj, Py_ssize_t index);
 int refuse_references(PyObject *obj, Py_ssize_t index);
 PyObject *fast_check_items(PyObject *, PyObject *);
