@@ -453,6 +453,27 @@ def test_property_many(spans, method, threads):
     assert (whole[:start] == FILL).all() and (whole[start + 25_000:] == FILL).all()
 
 
+@pytest.mark.parametrize("count", [2, 127, 128, 129, 300, 3000])
+def test_many_pieces_in_any_order_both_sorts(count):
+    """Pieces given in random order, repeated and overlapping, as few as
+    the insertion sort takes (up to 128) and as many as the radix sort
+    does: their union is zero, everything else untouched."""
+    import random
+
+    rng = random.Random(count)
+    whole, view, start = guarded(np, 40_000, 5)
+    mv = memoryview(view)
+    spans = [(rng.randrange(0, 39_000), rng.randrange(0, 300)) for _ in range(count)]
+    spans += spans[: count // 4]
+    rng.shuffle(spans)
+    cp.clear_many([mv[s:s + n] for s, n in spans])
+    want = np.full(40_000, FILL, dtype=np.uint8)
+    for s, n in spans:
+        want[s:s + n] = 0
+    assert np.array_equal(view, want)
+    assert (whole[:start] == FILL).all() and (whole[start + 40_000:] == FILL).all()
+
+
 @settings(max_examples=40, deadline=None)
 @given(npages=st.integers(600_000, 1_500_000), data=st.data(),
        threads=st.sampled_from((1, 2)))
