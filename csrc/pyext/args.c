@@ -316,6 +316,16 @@ int acquire_writable_or_strided(PyObject *obj, Py_buffer *view, PyObject **err, 
     return acquire(obj, view, err, -1, strided);
 }
 
+/* A buffer taken with its format: 0, still held, where its items hold no
+ * references; else -1, released, with the TypeError that says so. */
+static int held_unless_references(PyObject *obj, Py_buffer *view, Py_ssize_t index)
+{
+    if (!format_holds_references(view->format))
+        return 0;
+    PyBuffer_Release(view);
+    return refuse_references(obj, index);
+}
+
 /* An item that holds a reference is at least a pointer wide: the bytes of
  * a bytearray, an mmap, a Region or a uint8 array (the per-call path) are
  * taken without asking the exporter for a format (numpy spends ~20 ns a
@@ -342,10 +352,7 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
                 wide_run = 0;
                 return 0;
             }
-            if (!format_holds_references(view->format))
-                return 0;
-            PyBuffer_Release(view);
-            return refuse_references(obj, index);
+            return held_unless_references(obj, view, index);
         }
         if (!is_refusal())
             return -1;
@@ -361,12 +368,8 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
         wide_type = Py_TYPE(obj);
         /* Wider items: the same buffer again, with its format. */
         PyBuffer_Release(view);
-        if (entry_get_buffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) == 0) {
-            if (!format_holds_references(view->format))
-                return 0;
-            PyBuffer_Release(view);
-            return refuse_references(obj, index);
-        }
+        if (entry_get_buffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) == 0)
+            return held_unless_references(obj, view, index);
         if (!is_refusal())
             return -1;
         PyErr_Clear();          /* no format to state (numpy's datetime64) */
@@ -385,10 +388,8 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
         PyErr_Clear();
         if (entry_get_buffer(obj, view, PyBUF_RECORDS) == 0) {
             if (view->itemsize >= (Py_ssize_t)sizeof(PyObject *)
-                && format_holds_references(view->format)) {
-                PyBuffer_Release(view);
-                return refuse_references(obj, index);
-            }
+                && held_unless_references(obj, view, index) < 0)
+                return -1;
             *strided = 1;
             return 0;
         }

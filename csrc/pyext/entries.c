@@ -580,18 +580,7 @@ PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_buffer v;
     if (entry_get_buffer(buf, &v, PyBUF_RECORDS) < 0)
         return NULL;
-    struct strided_layout *s;
-    uint64_t len, count;
-    int status = strided_layout_new(v.buf, 0, v.ndim, (const int64_t *)v.shape,
-                                    (const int64_t *)v.strides, 1, (uint64_t)v.itemsize, &s,
-                                    &len, &count);
-    int rc = status < 0 ? buffer_layout_error("", status)
-                        : clear_layout(s, (size_t)len, (size_t)count, idx, nthreads);
-    strided_layout_free(s);
-    PyBuffer_Release(&v);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return clear_strided_view(&v, idx, nthreads);
 }
 
 /* extents_of(buf) -> (addrs, lens): strided_buffer's extents as two bytes
