@@ -382,8 +382,17 @@ static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t 
 /* A row of n extents of len bytes, stride apart: a loop of stores of a
  * size the compiler knows where len is one of the element sizes. */
 #define ZERO_ROW(L)                                   \
-    for (size_t t = 0; t < m; t++)                    \
-        memset(p + t * stride, 0, L)
+    do {                                              \
+        size_t t = 0;                                 \
+        for (; t + 4 <= m; t += 4) {                  \
+            memset(p + t * stride, 0, L);             \
+            memset(p + (t + 1) * stride, 0, L);       \
+            memset(p + (t + 2) * stride, 0, L);       \
+            memset(p + (t + 3) * stride, 0, L);       \
+        }                                             \
+        for (; t < m; t++)                            \
+            memset(p + t * stride, 0, L);             \
+    } while (0)
 
 static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n)
 {
