@@ -247,11 +247,13 @@ int strided_layout_new(const void *data, uint64_t offset, int ndim, const int64_
                        struct strided_layout **out, uint64_t *len, uint64_t *count);
 int strided_layout_walk(struct strided_layout *s, strided_visit visit, void *ctx);
 /* Where every extent has one length and they come in rows (a pattern of one
- * block, along at least one dimension): row(ctx, first, len, stride, n) for
- * each row of n extents of len bytes, stride apart, none touching the
- * next, until it returns nonzero (returned); -1 (nothing called) for a
- * layout not so made. */
-typedef int (*strided_row)(void *ctx, char *first, size_t len, size_t stride, size_t n);
+ * block, along at least one dimension): row(ctx, first, len, stride, n,
+ * stride1, n1) for each plane of n1 rows stride1 apart, each row n extents
+ * of len bytes, stride apart, none touching the next in its row, until it
+ * returns nonzero (returned); -1 (nothing called) for a layout not so
+ * made. */
+typedef int (*strided_row)(void *ctx, char *first, size_t len, size_t stride, size_t n,
+                           size_t stride1, size_t n1);
 int strided_layout_rows(struct strided_layout *s, strided_row row, void *ctx);
 int strided_layout_extents(struct strided_layout *s, struct strided_extents *out);
 void strided_layout_free(struct strided_layout *s);

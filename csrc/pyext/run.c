@@ -394,9 +394,8 @@ static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t 
             memset(p + t * stride, 0, L);             \
     } while (0)
 
-static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n)
+static int fine_row1(struct fine *f, char *p, size_t len, size_t stride, size_t n)
 {
-    struct fine *f = ctx;
     while (n) {
         size_t m = n < FINE_CHECK ? n : FINE_CHECK;
         if (f->fn) {
@@ -419,6 +418,15 @@ static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n)
         if (fine_tick(f, m))
             return 1;
     }
+    return 0;
+}
+
+static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n,
+                    size_t stride1, size_t n1)
+{
+    for (size_t r = 0; r < n1; r++)
+        if (fine_row1(ctx, p + r * stride1, len, stride, n))
+            return 1;
     return 0;
 }
 
