@@ -17,7 +17,7 @@ int method_index(PyObject *m)
      * own time (90 ns on the Zen 2 guest); a name reloaded since is no
      * longer the one held, and is compared again. */
     static PyObject *alias, *alias_of;
-    if (!m || m == s_auto)
+    if (!m)
         return AUTO;
     PyObject *given = m;
     if (m == alias)
