@@ -53,7 +53,7 @@ def set_adaptive(on: bool) -> None:
     and used again when it is turned back on; reload_config forgets it.
     """
     if not isinstance(on, bool):
-        raise TypeError("set_adaptive takes True or False, not %r" % (on,))
+        raise TypeError("set_adaptive takes True or False, not %s" % _units.shown(on))
     _dispatch.set_adaptive(on)
 
 
@@ -175,7 +175,7 @@ def _is_buffer(obj: Any) -> bool:
 def _check_method(method: Any, region_ok: bool = False) -> str:
     if isinstance(method, str) and (method == "auto" or method in ALL_METHODS):
         return str(method)
-    if method == "discard":
+    if isinstance(method, str) and method == "discard":
         if region_ok:
             return "discard"
         raise ValueError("method 'discard' (madvise the pages away) applies only "
@@ -183,30 +183,21 @@ def _check_method(method: Any, region_ok: bool = False) -> str:
     accepted = "'auto' or one of: %s%s" % (", ".join(ALL_METHODS),
                                            " (or 'discard' for a Region)" if region_ok else "")
     if not isinstance(method, str):
-        raise TypeError("method must be a str, %s, not %s" % (accepted, _kind(method)))
-    raise ValueError("unknown method %r; use %s" % (method, accepted))
-
-
-def _kind(value: Any) -> str:
-    """An argument of the wrong type, in a message: its value and its type."""
-    if value is None:
-        return "None"
-    text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return "%s (type %s)" % (text, type(value).__name__)
+        raise TypeError("method must be a str, %s, not %s" % (accepted, _units.shown(method)))
+    raise ValueError("unknown method %s; use %s" % (_units.short_repr(method), accepted))
 
 
 def _check_threads(threads: Any) -> Threads:
-    if threads == "auto" and isinstance(threads, str):
+    if isinstance(threads, str) and threads == "auto":
         return "auto"
-    if isinstance(threads, bool) or not isinstance(threads, int):
+    n = _units.as_int(threads)
+    if n is None:
         raise TypeError("threads must be 'auto' or an int from 1 to %d, not %s"
-                        % (_fast.MAX_THREADS, _kind(threads)))
-    if not 1 <= threads <= _fast.MAX_THREADS:
+                        % (_fast.MAX_THREADS, _units.shown(threads)))
+    if not 1 <= n <= _fast.MAX_THREADS:
         raise ValueError("threads must be 'auto' or an int from 1 to %d, not %r"
-                         % (_fast.MAX_THREADS, threads))
-    return int(threads)
+                         % (_fast.MAX_THREADS, n))
+    return n
 
 
 def _check_runnable(method: str) -> None:
@@ -219,22 +210,25 @@ _HOT_STRIDED = "hot= needs a contiguous buffer; this one is strided"
 
 def _check_hot(hot: Any, n: int, strided: bool = False) -> tuple[int, int] | bool:
     """hot= for a buffer of n bytes: True, False, or (start, stop) as two
-    exact ints; a range needs a contiguous buffer (strided: it is not).
+    integers (ints or numpy's); a range needs a contiguous buffer (strided: it is not).
     The native entry asks this for a tensor's hot= it does not take."""
     if hot is True or hot is False:
         return hot
-    try:
-        start, stop = hot
-        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok or isinstance(hot, (str, bytes)):
-        raise TypeError(_hot_accepted(n) + _kind(hot))
+    start = stop = None
+    if not isinstance(hot, (str, bytes)):
+        try:
+            first, second = hot
+        except (TypeError, ValueError):
+            pass
+        else:
+            start, stop = _units.as_int(first), _units.as_int(second)
+    if start is None or stop is None:
+        raise TypeError(_hot_accepted(n) + _units.shown(hot))
     if strided:
         raise ValueError(_HOT_STRIDED)
     if not 0 <= start <= stop <= n:
-        raise ValueError(_hot_accepted(n) + repr(hot))
-    return int(start), int(stop)
+        raise ValueError(_hot_accepted(n) + _units.short_repr(hot))
+    return start, stop
 
 
 def _hot_accepted(n: int) -> str:
@@ -485,10 +479,12 @@ def plan(nbytes: int | str, *, count: int = 1, threads: Threads = 1,
     and clear_pages see their total); more pieces than bytes describes
     clear_many of empty pieces."""
     nbytes = _units.parse_size(nbytes, "nbytes")
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise TypeError("count must be an int >= 1, not %s" % _kind(count))
-    if count < 1:
-        raise ValueError("count must be an int >= 1, not %r" % (count,))
+    n = _units.as_int(count)
+    if n is None:
+        raise TypeError("count must be an int >= 1, not %s" % _units.shown(count))
+    if n < 1:
+        raise ValueError("count must be an int >= 1, not %r" % (n,))
+    count = n
     threads = _check_threads(threads)
     if hot is not None:
         if count != 1:

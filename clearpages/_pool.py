@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import _dispatch
+from . import _dispatch, _units
 from ._fast import BlockMemory, PoolCore
 from ._native import lib
 from ._region import FORK, PAGE_SIZES, Region, _hugetlb_error
@@ -52,13 +52,7 @@ STEP = 1 * MiB
 
 
 def _is_int(v: Any) -> bool:
-    if isinstance(v, bool):
-        return False
-    try:
-        operator.index(v)
-    except TypeError:
-        return False
-    return True
+    return _units.as_int(v) is not None
 
 
 def _size_arg(value: Any, what: str, minimum: int = 1) -> int:
@@ -258,7 +252,7 @@ class Pool(PoolCore):
             debug = _dispatch.state().config.pool_debug
         elif not isinstance(debug, bool):
             raise TypeError("debug takes True, False or None (CLEARPAGES_POOL_DEBUG), "
-                            "not %r" % (debug,))
+                            "not %s" % _units.shown(debug))
         max_blocks = 0 if cap is None else cap // size
         grow = max(1, GROW_BYTES // size)
         if max_blocks:

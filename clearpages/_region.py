@@ -38,7 +38,16 @@ from ._system import (
     memory_locked as _memory_locked,
     thp_mode as _thp_mode,
 )
-from ._units import GiB, KiB, MiB, format_size as _fmt_size, parse_size as _parse_size
+from ._units import (
+    GiB,
+    KiB,
+    MiB,
+    as_int as _as_int,
+    format_size as _fmt_size,
+    parse_size as _parse_size,
+    short_repr as _short_repr,
+    shown as _shown,
+)
 
 #: Page sizes by name: (bytes, kind).
 PAGE_SIZES = {
@@ -86,14 +95,15 @@ POPULATE_FINDINGS: dict[str, dict[str, Any]] = {}
 def _populate_threads_arg(threads: Any) -> int | str:
     if isinstance(threads, str) and threads.strip().lower() == "auto":
         return "auto"
-    if isinstance(threads, bool) or not isinstance(threads, int):
+    n = _as_int(threads)
+    if n is None:
         raise TypeError("threads takes an int from 1 to %d (the most a populate spreads "
                         "its faults over) or 'auto' (measure, then spread only where that "
-                        "pays), not %r" % (_POPULATE_MAX_THREADS, threads))
-    if not 1 <= threads <= _POPULATE_MAX_THREADS:
+                        "pays), not %s" % (_POPULATE_MAX_THREADS, _shown(threads)))
+    if not 1 <= n <= _POPULATE_MAX_THREADS:
         raise ValueError("threads must be from 1 to %d (the most a populate spreads its "
-                         "faults over) or 'auto', not %d" % (_POPULATE_MAX_THREADS, threads))
-    return threads
+                         "faults over) or 'auto', not %d" % (_POPULATE_MAX_THREADS, n))
+    return n
 
 
 
@@ -108,11 +118,11 @@ FORK = {
 def _protect_flags(lock: Any, dump: Any, fork: Any) -> int:
     for name, v in (("lock", lock), ("dump", dump)):
         if not isinstance(v, bool):
-            raise TypeError("%s takes True or False, not %r" % (name, v))
+            raise TypeError("%s takes True or False, not %s" % (name, _shown(v)))
     if not isinstance(fork, str) or fork not in FORK:
         raise (ValueError if isinstance(fork, str) else TypeError)(
             "fork must be 'keep' (a child gets a copy), 'wipe' (a child reads zeros) or "
-            "'drop' (nothing mapped in a child), not %r" % (fork,))
+            "'drop' (nothing mapped in a child), not %s" % _short_repr(fork))
     return ((lib.CP_PROTECT_LOCK if lock else 0) | (0 if dump else lib.CP_PROTECT_NODUMP)
             | FORK[fork])
 
@@ -261,7 +271,7 @@ class Region(RegionMemory):
                  fork: str = "keep", threads: int | str = 1) -> None:
         size = _check_size(size)
         if not isinstance(populate, bool):
-            raise TypeError("populate takes True or False, not %r" % (populate,))
+            raise TypeError("populate takes True or False, not %s" % _shown(populate))
         threads = _populate_threads_arg(threads)
         name = self._page_size_name(page_size, size)
         flags = _protect_flags(lock, dump, fork)
@@ -308,7 +318,7 @@ class Region(RegionMemory):
             return _NAME_OF_BYTES[n]
         raise (TypeError if n == -2 else ValueError)(
             "page_size must be '4k', '2m', '1g' or 'auto' (any spelling of 4 KiB, 2 MiB or "
-            "1 GiB: 4096, '2M', '1GiB'), not %r" % (page_size,))
+            "1 GiB: 4096, '2M', '1GiB'), not %s" % _short_repr(page_size))
 
     @staticmethod
     def _auto(size: int) -> str:
@@ -722,8 +732,8 @@ class Region(RegionMemory):
         a "2m" region moves only to "pmd" or "pud", a "1g" one to "pud"."""
         if not isinstance(alignment, str) or alignment not in ALIGNMENTS:
             raise (ValueError if isinstance(alignment, str) else TypeError)(
-                "alignment must be one of %s, not %r"
-                % (", ".join(map(repr, ALIGNMENTS)), alignment))
+                "alignment must be one of %s, not %s"
+                % (", ".join(map(repr, ALIGNMENTS)), _short_repr(alignment)))
         residue = ALIGNMENTS[alignment]
         if alignment == "pte" and self._address % (2 * MiB) == residue:
             # Congruent addresses share their PMD boundaries, and the kernel
@@ -746,7 +756,7 @@ class Region(RegionMemory):
         try:
             dst = operator.index(address)
         except TypeError:
-            raise TypeError("address must be an int, not %r" % (address,)) from None
+            raise TypeError("address must be an int, not %s" % _shown(address)) from None
         self._check_open()
         if dst <= 0:
             raise ValueError("address must be a positive multiple of the page size (%s), "

@@ -65,7 +65,39 @@ def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
 
 
 def _spellings(what: str, value: object) -> str:
-    shown = repr(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
-        else "%r (type %s)" % (value, type(value).__name__) if value is not None else "None"
+    text = short_repr(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
+        else shown(value)
     return ("%s must be a byte count such as 4096, 64K, 64M or 1G (an int or a string), "
-            "not %s" % (what, shown))
+            "not %s" % (what, text))
+
+
+def as_int(value: object) -> int | None:
+    """An integer argument (a count, a number of threads): an int or any
+    integer type (numpy's, through ``__index__``) as an int; None for
+    anything else, a bool included (True is no count)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int(value)
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """repr(value) cut to about limit characters: a message that quotes a
+    wrong argument stays one line, whatever was passed (a whole array)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = "<%s object>" % type(value).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shown(value: object) -> str:
+    """A wrong argument in a message: its value (cut short) and its type."""
+    if value is None:
+        return "None"
+    return "%s (type %s)" % (short_repr(value), type(value).__name__)

@@ -43,6 +43,66 @@ def test_threads_out_of_range_is_a_value_error(entry, bad):
     assert str(e.value) == "%s, not %r" % (THREADS, bad)
 
 
+@pytest.mark.parametrize("entry", sorted(ENTRIES_WITH_THREADS))
+def test_threads_of_numpys_integer_types_are_ints(entry):
+    """A count computed with numpy (np.int64) is an int to every entry, as a
+    size is; its bool stays refused."""
+    np = pytest.importorskip("numpy")
+    for t in (np.int64(2), np.uint8(1), np.intp(_fast.MAX_THREADS)):
+        ENTRIES_WITH_THREADS[entry](t)
+    with pytest.raises(ValueError) as e:
+        ENTRIES_WITH_THREADS[entry](np.int64(0))
+    assert str(e.value) == "%s, not 0" % THREADS
+    with pytest.raises(TypeError, match="threads must be"):
+        ENTRIES_WITH_THREADS[entry](np.bool_(True))
+
+
+def test_numpy_integers_clear_as_ints_do():
+    np = pytest.importorskip("numpy")
+    buf = bytearray(b"\x01" * (4 * BUF))
+    cp.clear(buf, threads=np.int64(2), hot=(np.int64(BUF), np.uint16(2 * BUF)))
+    assert not any(buf)
+    buf[:] = b"\x01" * (4 * BUF)
+    cp.clear_pages(buf, [1, 3], threads=np.int32(2))
+    assert buf == b"\x01" * BUF + bytes(BUF) + b"\x01" * BUF + bytes(BUF)
+    assert cp.plan(BUF, count=np.int64(4)) == cp.plan(BUF, count=4)
+    assert cp.plan(BUF, hot=(np.int64(0), np.int64(BUF))) == cp.plan(BUF, hot=(0, BUF))
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: cp.clear(bytearray(BUF), threads=v),
+    lambda v: cp.clear_many([bytearray(BUF)], threads=v),
+    lambda v: cp.is_zero(bytes(BUF), threads=v),
+    lambda v: cp.clear(bytearray(BUF), method=v),
+    lambda v: cp.clear(bytearray(BUF), hot=v),
+    lambda v: cp.plan(v),
+    lambda v: cp.plan(BUF, count=v),
+    lambda v: cp.set_adaptive(v),
+])
+@pytest.mark.parametrize("big", [list(range(100000)), "x" * 100000], ids=["list", "str"])
+def test_a_large_wrong_argument_is_quoted_short(call, big):
+    """A whole array or a long list passed by mistake: the TypeError or
+    ValueError says what is accepted in a line, not the object's every item
+    (an array once compared element-wise raised numpy's own 'truth value is
+    ambiguous' instead)."""
+    with pytest.raises((TypeError, ValueError)) as e:
+        call(big)
+    assert len(str(e.value)) < 400 and "\n" not in str(e.value), str(e.value)[:500]
+    assert "..." in str(e.value)
+
+
+def test_an_array_for_threads_or_method_is_a_type_error():
+    np = pytest.importorskip("numpy")
+    arr = np.zeros(1000)
+    for entry in ENTRIES_WITH_THREADS.values():
+        with pytest.raises(TypeError, match="threads must be"):
+            entry(arr)
+    with pytest.raises(TypeError, match="method must be a str"):
+        cp.clear(bytearray(BUF), method=arr)
+    with pytest.raises(TypeError, match="method must be a str"):
+        cp.clear_many([bytearray(BUF)], method=arr)
+
+
 ENTRIES_WITH_PAGE_SIZE = {
     "clear_pages": lambda p: cp.clear_pages(bytearray(BUF), [0], page_size=p),
     "clear_pages, positional": lambda p: cp.clear_pages(bytearray(BUF), [0], p),
