@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -71,10 +70,11 @@ if TYPE_CHECKING:
         """Zero every byte of a writable buffer, or of a tensor in CPU memory
         through DLPack (__dlpack__), in place.  Returns None.
 
-        buf: a bytearray, memoryview, numpy array (strided views too, extent by
-        extent), mmap, array.array, ctypes array, clearpages.Region or Block, or
-        a tensor.  method: "auto" (the policy's choice; see clearpages.plan) or a
-        name from clearpages.methods() ("discard" for a Region).  threads: an int
+        buf: a bytearray, memoryview, numpy array (strided views and memoryview
+        slices with a step too, extent by extent), mmap, array.array, ctypes
+        array, clearpages.Region or Block, or a tensor.  method: "auto" (the
+        policy's choice; see clearpages.plan) or a name from clearpages.methods()
+        ("discard" for a Region).  threads: an int
         from 1 to 256, or "auto".  hot: None (the default), True (all of it is
         used next: ordinary stores), False (not soon: streaming), or a
         (start, stop) pair of ints, 0 <= start <= stop <= the size in bytes: that
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
         (object arrays), something that is no buffer or tensor, or an argument of
         the wrong type; ValueError for a wrong value (an unknown method, threads
         out of range, hot outside the buffer or on a strided buffer, a closed
-        Region, a buffer neither C-contiguous nor a numpy array);
+        Region, a buffer whose items are reached through pointers);
         clearpages.UnsupportedMethod for a routine this machine cannot run.  A
         refused buffer is left unchanged."""
 
@@ -135,8 +135,10 @@ else:
 
 
 def _refuse(buf: Any, err: str) -> int:
-    """Explain why buf cannot be cleared as one extent; for a strided numpy
-    array, which the native side clears extent by extent, its nbytes."""
+    """Explain why buf cannot be cleared as one extent; for a writable
+    strided buffer (a numpy array in Fortran order or a view, a memoryview
+    slice with a step), which the native side clears extent by extent, its
+    nbytes."""
     try:
         mv = memoryview(buf)
     except TypeError:
@@ -144,19 +146,27 @@ def _refuse(buf: Any, err: str) -> int:
             "clearpages clears writable buffers (bytearray, memoryview, numpy array, "
             "mmap, array.array, ctypes array, Region), not %s" % type(buf).__name__
         ) from None
+    except (BufferError, ValueError):
+        # No format to state (numpy's datetime64): the array's own flags.
+        flags = getattr(buf, "flags", None)
+        if flags is None or not hasattr(buf, "nbytes"):
+            raise
+        if not flags.writeable:
+            raise TypeError("the %s object is read-only; clearpages only clears writable "
+                            "buffers and left it unchanged" % type(buf).__name__) from None
+        return int(buf.nbytes)
     with mv:
         if mv.readonly:
             raise TypeError("the %s object is read-only; clearpages only clears writable "
                             "buffers and left it unchanged" % type(buf).__name__)
         if not mv.c_contiguous:
             # Fortran-ordered arrays too: a writable buffer is asked in C order.
-            np = sys.modules.get("numpy")
-            if type(buf).__module__.split(".")[0] == "numpy" or (
-                    np is not None and isinstance(buf, np.ndarray)):
-                return int(mv.nbytes)
-            raise ValueError(
-                "the %s is not C-contiguous; pass a C-contiguous buffer or a numpy array "
-                "(whose strided views clearpages clears extent by extent)" % type(buf).__name__)
+            if mv.suboffsets:
+                raise ValueError(
+                    "the %s's items are reached through pointers (suboffsets); clearpages "
+                    "clears buffers whose items lie at strides from one address"
+                    % type(buf).__name__)
+            return int(mv.nbytes)
     raise TypeError("cannot clear %s: %s" % (type(buf).__name__, err))
 
 
@@ -253,7 +263,7 @@ def _declined_clear(buf: Any, method: Any, threads: Any, hot: Any, err: str | No
         _fast.clear_exact(buf, method=method, threads=threads, hot=hot)
         return
     if err is not None:
-        nbytes = _refuse(buf, err)      # raises unless strided numpy
+        nbytes = _refuse(buf, err)      # raises unless writable and strided
         if hot is not None:
             # Strided arrays are cleared extent by extent, with no hot= hint.
             _check_hot(hot, nbytes, strided=True)
@@ -365,6 +375,8 @@ def _is_tensor(b: Any) -> bool:
         memoryview(b).release()
     except TypeError:
         return True
+    except (BufferError, ValueError):
+        pass                # a buffer memoryview cannot describe (numpy's datetime64)
     return False
 
 
@@ -423,10 +435,7 @@ def _declined_pages(buf: Any, pages: Any, page_size: Any, method: Any, threads: 
         return
     page_size = _check_page_size(page_size)
     if err is not None and not _is_tensor(buf):
-        try:
-            _refuse(buf, err)       # not a buffer, read-only: its own message
-        except ValueError:
-            pass                    # (words meant for clear())
+        _refuse(buf, err)           # not a buffer, read-only, closed: its own message
         raise ValueError("clear_pages needs a C- or Fortran-contiguous buffer (one extent, "
                          "whose pages nonzero_pages numbers); this one is strided")
     idx = _page_indices(pages)

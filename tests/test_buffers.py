@@ -368,15 +368,80 @@ def test_strided_numpy_refuses_hot():
 
 
 @pytest.mark.parametrize("kw", [pytest.param({}, id="auto"),
-                                pytest.param({"threads": 2}, id="threads2")])
-def test_non_contiguous_memoryview_is_refused_untouched(kw):
+                                pytest.param({"threads": 2}, id="threads2"),
+                                pytest.param({"method": "libc"}, id="libc"),
+                                pytest.param({"method": "movnti"}, id="movnti")])
+@pytest.mark.parametrize("step", [2, 3, -1, -2, 4097])
+def test_a_memoryview_with_a_step_clears_its_items_alone(kw, step):
+    """A memoryview slice with a step (a strided buffer of another exporter
+    than numpy) is cleared item by item: its items zero, every byte between
+    and around them as it was."""
     _call_ok(kw)
+    n = 3 * 4097 + 11
+    b = bytearray(_pattern(n))
+    want = bytearray(b)
+    for i in range(1, n - 1)[::step]:
+        want[i] = 0
+    cp.clear(memoryview(b)[1:-1][::step], **kw)
+    assert b == want
+    b = bytearray(_pattern(n))
+    cp.clear_many([bytearray(5), memoryview(b)[1:-1][::step]], **kw)
+    assert b == want
+
+
+def test_a_two_dimensional_memoryview_with_a_step():
+    b = bytearray(_pattern(24 * 8))
+    want = np.frombuffer(b, dtype=np.uint64).reshape(4, 6).copy()
+    want[:, ::2] = 0
+    mv = memoryview(np.frombuffer(b, dtype=np.uint64).reshape(4, 6)[:, ::2])
+    assert type(mv) is memoryview and not mv.contiguous
+    cp.clear(mv, method=np.str_("rep_stosb") if "rep_stosb" in cp.methods() else "libc")
+    assert np.array_equal(np.frombuffer(b, dtype=np.uint64).reshape(4, 6), want)
+
+
+def test_a_read_only_or_hot_memoryview_with_a_step_is_refused_untouched():
     b = bytearray(_pattern(100))
-    with pytest.raises(ValueError, match="contiguous"):
-        cp.clear(memoryview(b)[::2], **kw)
-    with pytest.raises(ValueError, match="contiguous"):
-        cp.clear_many([bytearray(5), memoryview(b)[::3]], **kw)
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear(memoryview(bytes(b))[::2])
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear(memoryview(b).toreadonly()[::2])
+    with pytest.raises(ValueError, match="strided"):
+        cp.clear(memoryview(b)[::2], hot=(0, 4))
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear_many([bytearray(5), memoryview(b).toreadonly()[::3]])
     assert b == bytearray(_pattern(100))
+
+
+@pytest.mark.parametrize("layout", ["strided", "fortran"])
+def test_datetime64_arrays_strided_or_fortran_are_cleared(layout):
+    """numpy cannot state a datetime64 array's format in a buffer: a strided
+    or Fortran-ordered one is asked for its strides without it (it raised
+    numpy's 'cannot include dtype' ValueError), for a clear and a scan."""
+    a = np.arange(1, 25, dtype=np.int64).astype("datetime64[s]").reshape(4, 6)
+    if layout == "fortran":
+        a = np.asfortranarray(a)
+        view, want = a, np.zeros((4, 6), dtype=np.int64)
+    else:
+        view = a[:, ::2]
+        want = np.arange(1, 25, dtype=np.int64).reshape(4, 6)
+        want[:, ::2] = 0
+    assert not cp.is_zero(view)
+    cp.clear(view)
+    assert np.array_equal(a.astype(np.int64), want)
+    assert cp.is_zero(view)
+    a2 = np.arange(1, 25, dtype=np.int64).astype("datetime64[s]").reshape(4, 6)
+    cp.clear_many([a2[:, ::2], bytearray(3)])
+    assert not a2.astype(np.int64)[:, ::2].any() and a2.astype(np.int64)[:, 1::2].all()
+    # An argument the native entry hands to Python (a numpy integer): the
+    # same clear from there.
+    a3 = np.arange(1, 25, dtype=np.int64).astype("datetime64[s]").reshape(4, 6)
+    cp.clear(np.asfortranarray(a3) if layout == "fortran" else a3[:, ::2],
+             threads=np.int64(2))
+    if layout == "strided":
+        assert np.array_equal(a3.astype(np.int64), want)
+    a3.flags.writeable = False
+    with pytest.raises(TypeError, match="read-only"):
+        cp.clear(a3[:, ::2], threads=np.int64(2))
 
 
 def test_fortran_memoryview_without_numpy_object():

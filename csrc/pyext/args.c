@@ -381,15 +381,15 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
     if (!is_refusal())
         return -1;
     PyTypeObject *nd;
-    if (strided && (nd = numpy_ndarray()) && PyObject_TypeCheck(obj, nd)) {
-        /* A numpy array in Fortran order or a strided view of one, taken as
-         * it is: through Python's explanation of the refusal, a small one
-         * cost 4-5 us, 3-5x numpy's own fill (Zen 2 guest). */
+    if (strided && (PyMemoryView_Check(obj)
+                    || ((nd = numpy_ndarray()) && PyObject_TypeCheck(obj, nd)))) {
+        /* A numpy array in Fortran order, a strided view of one or a strided
+         * memoryview, taken as it is: through Python's explanation of the
+         * refusal, a small one cost 4-5 us, 3-5x numpy's own fill (Zen 2
+         * guest).  (Another exporter's strided buffer comes back from
+         * Python, to fast_clear_strided.) */
         PyErr_Clear();
-        if (entry_get_buffer(obj, view, PyBUF_RECORDS) == 0) {
-            if (view->itemsize >= (Py_ssize_t)sizeof(PyObject *)
-                && held_unless_references(obj, view, index) < 0)
-                return -1;
+        if (acquire_strided(obj, view, index) == 0) {
             *strided = 1;
             return 0;
         }
@@ -406,6 +406,39 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
         return -1;
     }
     return 1;
+}
+
+int acquire_strided(PyObject *obj, Py_buffer *view, Py_ssize_t index)
+{
+    if (entry_get_buffer(obj, view, PyBUF_RECORDS) == 0)
+        return view->itemsize >= (Py_ssize_t)sizeof(PyObject *)
+                   ? held_unless_references(obj, view, index) : 0;
+    if (!is_refusal())
+        return -1;
+    /* No format to state (numpy's datetime64), or no writable buffer at
+     * all: asked again without the format; where that is refused too, the
+     * first refusal stands. */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (entry_get_buffer(obj, view, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        if (!is_refusal()) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            return -1;
+        }
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    if (check_references(obj, index) < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
 }
 
 /* Any buffer obj exports, strided or read-only, with its format; where it

@@ -549,7 +549,7 @@ int buffer_layout_error(const char *prefix, int status)
  * or -1 with an error set and nothing held. */
 static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_extents *r)
 {
-    if (entry_get_buffer(buf, v, PyBUF_RECORDS) < 0)
+    if (acquire_strided(buf, v, -1) < 0)
         return -1;
     _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "buffer shapes are int64");
     int status = strided_extents(v->buf, 0, v->ndim, (const int64_t *)v->shape,
@@ -561,7 +561,7 @@ static int strided_buffer(PyObject *buf, Py_buffer *v, struct strided_extents *r
 }
 
 /* clear_strided(buf, *, method, threads): a writable strided buffer (a
- * strided numpy array Python sent here), its extents one by one as the
+ * strided array or memoryview Python sent here), its extents one by one as the
  * layout is walked where they are small, else in one job; the buffer held
  * throughout.  Arguments are normalized by Python. */
 static const char *const strided_pos[] = {"buf"};
@@ -578,7 +578,7 @@ PyObject *fast_clear_strided(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (normalized_method_threads("clear_strided", method, threads, &idx, &nthreads) < 0)
         return NULL;
     Py_buffer v;
-    if (entry_get_buffer(buf, &v, PyBUF_RECORDS) < 0)
+    if (acquire_strided(buf, &v, -1) < 0)
         return NULL;
     return clear_strided_view(&v, idx, nthreads);
 }

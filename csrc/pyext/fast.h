@@ -130,10 +130,16 @@ int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags);
     "object array, use a.fill(0)"
 
 int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t index);
-/* acquire_writable, where a numpy.ndarray (or a subclass) that is not one
- * C-contiguous extent is taken as it is: *strided 1 with *view its buffer
- * with shape, strides and format (PyBUF_RECORDS), its items checked. */
+/* acquire_writable, where a numpy.ndarray (or a subclass) or a memoryview
+ * that is not one C-contiguous extent is taken as it is: *strided 1 with
+ * *view as acquire_strided takes it. */
 int acquire_writable_or_strided(PyObject *obj, Py_buffer *view, PyObject **err, int *strided);
+/* A writable buffer with its shape and strides, its items checked: asked
+ * with its format (PyBUF_RECORDS), or, where the exporter cannot state one
+ * (numpy's datetime64), without, its items checked through the object.  0
+ * with *view held, or -1 with the exporter's refusal (or the references'
+ * TypeError) set. */
+int acquire_strided(PyObject *obj, Py_buffer *view, Py_ssize_t index);
 int check_references(PyObject *obj, Py_ssize_t index);
 int refuse_references(PyObject *obj, Py_ssize_t index);
 PyObject *fast_check_items(PyObject *, PyObject *);

@@ -75,7 +75,9 @@ static int scan_acquire(PyObject *buf, Py_buffer *view, const char *fn)
     if (!is_refusal())
         return -1;
     PyErr_Clear();
-    if (entry_get_buffer(buf, view, PyBUF_RECORDS_RO) == 0)
+    /* Strides without a format: reading bytes needs none, and an exporter
+     * may have none to state (numpy's datetime64). */
+    if (entry_get_buffer(buf, view, PyBUF_STRIDES) == 0)
         return 0;
     if (!PyErr_ExceptionMatches(PyExc_TypeError))
         return -1;
