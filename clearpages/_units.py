@@ -79,6 +79,8 @@ def as_int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return int(value)
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b":
+        return None         # numpy's bool, an integer to numpy before 2.0
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
