@@ -183,13 +183,14 @@ def _is_buffer(obj: Any) -> bool:
 
 
 def _check_method(method: Any, region_ok: bool = False) -> str:
-    if isinstance(method, str) and (method == "auto" or method in ALL_METHODS):
-        return str(method)
-    if isinstance(method, str) and method == "discard":
-        if region_ok:
-            return "discard"
-        raise ValueError("method 'discard' (madvise the pages away) applies only "
-                         "to a clearpages.Region")
+    if isinstance(method, str):
+        if method == "auto" or method in ALL_METHODS:
+            return str(method)
+        if method == "discard":
+            if region_ok:
+                return "discard"
+            raise ValueError("method 'discard' (madvise the pages away) applies only "
+                             "to a clearpages.Region")
     accepted = "'auto' or one of: %s%s" % (", ".join(ALL_METHODS),
                                            " (or 'discard' for a Region)" if region_ok else "")
     if not isinstance(method, str):

@@ -420,13 +420,8 @@ int acquire_strided(PyObject *obj, Py_buffer *view, Py_ssize_t index)
      * first refusal stands. */
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    if (entry_get_buffer(obj, view, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
-        if (!is_refusal()) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            return -1;
-        }
+    int got = entry_get_buffer(obj, view, PyBUF_STRIDES | PyBUF_WRITABLE);
+    if (got < 0 && is_refusal()) {
         PyErr_Clear();
         PyErr_Restore(et, ev, tb);
         return -1;
@@ -434,6 +429,8 @@ int acquire_strided(PyObject *obj, Py_buffer *view, Py_ssize_t index)
     Py_XDECREF(et);
     Py_XDECREF(ev);
     Py_XDECREF(tb);
+    if (got < 0)
+        return -1;
     if (check_references(obj, index) < 0) {
         PyBuffer_Release(view);
         return -1;

@@ -191,9 +191,10 @@ static int clear_if_tensor(PyObject *buf, PyObject *method, PyObject *threads, P
     return *res ? 1 : -1;
 }
 
-/* A numpy array's buffer that is not one C-contiguous extent
- * (acquire_writable_or_strided), released here: Fortran order cleared as
- * the one extent it is, a strided view extent by extent, as clear_strided
+/* A strided buffer (acquire_writable_or_strided, acquire_strided: a numpy
+ * array or a memoryview that is not one C-contiguous extent), released
+ * here: Fortran order cleared as the one extent it is, a strided view
+ * extent by extent, as clear_strided
  * clears one for Python. */
 static PyObject *clear_strided_view(Py_buffer *v, int idx, int nthreads)
 {
