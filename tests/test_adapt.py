@@ -448,16 +448,17 @@ def teach(n: int, seed: int = 99) -> int:
 
 
 def held_run(n: int, seed: int, calls: int, factor, taught: bool = True,
-             use=(0.0, 0.0)) -> Program:
+             use=(0.0, 0.0), noise: float = 0.03) -> Program:
     """A fresh learner (taught that the machine keeps n's size class, unless
     taught is False), then one buffer of n cleared calls times back to
     back: call i's ordinary-store clear costs factor(i, k) times a streaming
     clear, k its ordinary-store clears since the latest streaming one; the
-    program's work after each clear, per role: use."""
+    program's work after each clear, per role: use; each clear's cost off
+    by up to noise either way."""
     lib.cp_adapt_reset()
     if taught:
         teach(n, seed + 100)
-    prog = Program(seed=seed)
+    prog = Program(seed=seed, noise=noise)
     for i in range(calls):
         x = factor(i, since_streaming(prog))
         prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]), use=use)
@@ -793,24 +794,32 @@ def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_cal
     assert stat(23, RECENT).comparisons == 1
 
 
-def test_a_size_presumed_kept_that_the_machine_does_not_keep_is_found_out(learner):
+@pytest.mark.parametrize("noise, within", [(0.03, 20), (0.08, 32)])
+def test_a_size_presumed_kept_that_the_machine_does_not_keep_is_found_out(learner, noise,
+                                                                            within):
     """A recent buffer of 10 MiB (up to kept_max, so presumed kept) whose
     ordinary-store clears stay twice a streaming clear's and more
     (not_kept): its checks find it out within 20 calls (they wait out the
     refill after its first clear, 16 calls, then 3 of them, one call apart
     until the first 5 are in, must find it slow), the comparison
     settles on streaming, and the size class is marked not kept: another
-    buffer of its size starts on streaming, in each of 5 programs."""
+    buffer of its size starts on streaming, in each of 5 programs.  Each
+    clear off by up to 8% either way, a check now and then costs 5% less
+    than the clear eight calls before by chance and counts as a buffer
+    coming back (check_clear): found out all the same, within 32 calls
+    (20-28 in these programs; 20-22 where only a tenth less than the
+    checks before counted)."""
     held(learner, kept_max=12 * MiB)
     n = 10 * MiB
     for seed in range(5):
-        prog = held_run(n, seed, 200, lambda i, k: not_kept(k) if i else 1.0, taught=False)
+        prog = held_run(n, seed, 200, lambda i, k: not_kept(k) if i else 1.0, taught=False,
+                        noise=noise)
         st = stat(n.bit_length() - 1, RECENT)
         assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.learned == lib.CP_LEARNED_STREAMING
         assert st.kept == -1, seed
         compared = next(i for i, t in enumerate(prog.tickets)
                         if i and not untimed(t) and not is_check(t))
-        assert compared <= 20, (seed, compared)
+        assert compared <= within, (seed, compared)
         assert prog.settled_from(S) <= 64, seed
         other = Program(seed=seed)
         other.loop(n + 1 * MiB, 40, cost=(WARM[S] * 2.3, WARM[S]), addr=HOT + 64 * MiB)
@@ -1071,6 +1080,26 @@ def test_a_held_buffer_that_creeps_back_is_held(learner):
     compared, in each of 5 programs (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
     presumed_refill(lambda prog, i: None, REFILL_CREEP)
+
+
+# A large buffer's refill that stays slow past the wait (times a streaming
+# clear): 1% less a call for 24 calls, never 10% below its clear eight calls
+# before, then 7% less a call down to 0.75 (the Intel guest's shape at 68
+# MiB with mixed work after each clear: 0.104, 0.098, 0.0965, 0.0947,
+# 0.0936 ns per byte around the end of the wait, 0.043 from its 33rd call).
+REFILL_LATE = [2.4 * 0.99 ** k for k in range(24)]
+while REFILL_LATE[-1] > 0.75:
+    REFILL_LATE.append(REFILL_LATE[-1] * 0.93)
+
+
+def test_a_held_buffer_whose_refill_stays_slow_past_the_wait_is_held(learner):
+    """A buffer presumed kept whose clears fall 1% a call through the wait
+    and its first checks (REFILL_LATE): no check is 10% below the two
+    before it, nor below its clear eight calls before, but each is half
+    that below the latter: a buffer coming back, not one out of the
+    cache, held, never compared, in each of 5 programs."""
+    held(learner, kept_max=12 * MiB)
+    presumed_refill(lambda prog, i: None, REFILL_LATE)
 
 
 def test_a_held_buffer_the_machine_keeps_part_of_ends_its_comparison_after_two_pairs(learner):

@@ -295,7 +295,8 @@ struct ctx_state {
                                    buffer's clear outside the window (choose) */
     uint32_t far;               /* ... and its latest calls in a row with an eighth
                                    of it or more cleared between (cached_call) */
-    uint32_t watched;           /* ... and a held size's calls timed in it (watch_refill) */
+    uint32_t watched;           /* ... and a held size's calls timed in it and in its
+                                   checks after it (watch_refill, check_clear) */
     /* Under the lock: */
     uint32_t checks;            /* cached: held sizes' checks since taken as cached
                                    (written under the lock, read without) */
@@ -312,8 +313,9 @@ struct ctx_state {
     double check_prev[2];       /* cached: the latest check's ns per byte, of sizes up
                                    to recent_max [0] and held ones [1] (0: none yet) */
     double held_before;         /* ... and a held size's check before that one */
-    float refill_seen[REFILL_SPAN]; /* its latest REFILL_SPAN calls in the wait, ns per
-                                   byte, by watched % REFILL_SPAN (watch_refill) */
+    float refill_seen[REFILL_SPAN]; /* its latest REFILL_SPAN timed calls in the wait and
+                                   its checks after it, ns per byte, by watched %
+                                   REFILL_SPAN (watch_refill, check_clear) */
 };
 
 struct seen {
@@ -2252,6 +2254,25 @@ static void check_clear(size_t n, int cls, int ctx, uint64_t start_ns, uint64_t 
         double prev = s->check_prev[held];
         double than = held && s->held_before > prev ? s->held_before : prev;
         int falling = than > 0 && x < (1.0 - params.refill_gain) * than;
+        /* ... or, a held size's, half refill_gain below its timed call
+         * REFILL_SPAN before (the wait's calls, then its checks): a large
+         * buffer may come back at 1% a call for 20-30 calls before it
+         * speeds up, under refill_gain even over eight.  On the Intel
+         * guest a 68 MiB buffer with mixed work after each clear: 0.104,
+         * 0.098 ... 0.094 ns per byte from the wait's 6th call to its
+         * first checks (3 of 5 slow against the dearer of the two before,
+         * so a comparison, whose streaming blocks pushed it out again),
+         * 0.043 from its 33rd call where nothing intervened (streaming:
+         * 0.059); the phase of 129 calls ran 1.2-1.4x either routine
+         * alone.  A buffer out of the cache costs the same within its
+         * noise eight calls apart. */
+        if (held) {
+            uint32_t k = LOAD(s->watched);
+            float *seen = &s->refill_seen[k % REFILL_SPAN];
+            falling |= k >= REFILL_SPAN && x < (1.0 - params.refill_gain / 2) * *seen;
+            *seen = (float)x;
+            STORE(s->watched, k + 1);
+        }
         note_check(s, held, x);
         *hist = (*hist << 1 | (x > slow && !falling)) & keep;
         if (__builtin_popcount(*hist) >= (held ? HELD_VOTE : CHECK_VOTE)) {
