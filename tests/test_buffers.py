@@ -661,6 +661,73 @@ def test_items_holding_references_are_refused_unchanged(kind, call):
         assert all(x is not None for x in buf.ravel()) if buf.dtype == object else True
 
 
+def _lone_pointer(kind):
+    """A lone pointer of each kind ctypes makes, and what it points to
+    (None where it holds an address or a string of its own)."""
+    target = (ctypes.c_int * 4)(1, 2, 3, 4)
+    if kind == "pointer":
+        return ctypes.pointer(ctypes.c_int(7)), None
+    if kind == "pointer_to_array":
+        return ctypes.pointer(target), target
+    if kind == "c_void_p":
+        return ctypes.c_void_p(ctypes.addressof(target)), target
+    if kind == "c_char_p":
+        return ctypes.c_char_p(b"abc"), None
+    if kind == "c_wchar_p":
+        return ctypes.c_wchar_p("abc"), None
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["pointer", "pointer_to_array", "c_void_p", "c_char_p",
+                                  "c_wchar_p"])
+@pytest.mark.parametrize("call", ["clear", "clear_hot", "clear_many", "clear_many_after_strided",
+                                  "clear_pages"])
+def test_a_lone_pointer_is_refused_unchanged(kind, call):
+    """A ctypes pointer object's buffer is the pointer: clearing it would
+    set it to NULL, where whoever wrote cp.clear(ctypes.pointer(x)) meant
+    x.  A TypeError that names the way, and the pointer and what it points
+    to unchanged."""
+    p, target = _lone_pointer(kind)
+    before = bytes(memoryview(p).cast("B"))
+    target_before = bytes(target) if target is not None else None
+    calls = {
+        "clear": lambda: cp.clear(p),
+        "clear_hot": lambda: cp.clear(p, hot=(0, 8)),
+        "clear_many": lambda: cp.clear_many([bytearray(8), p]),
+        "clear_many_after_strided": lambda: cp.clear_many([np.ones(8)[::2], p]),
+        "clear_pages": lambda: cp.clear_pages(p, [0], page_size=8),
+    }
+    with pytest.raises(TypeError, match=r"is a pointer: .*NULL.*p\.contents"):
+        calls[call]()
+    assert bytes(memoryview(p).cast("B")) == before
+    assert before != bytes(len(before))
+    if target is not None:
+        assert bytes(target) == target_before
+
+
+def test_pointers_in_arrays_and_structures_are_still_cleared():
+    """An array of pointers, a structure with a pointer field, and what a
+    pointer points to (p.contents) are buffers of their own: cleared, and
+    a pointer may be read (is_zero)."""
+    x = ctypes.c_int(5)
+    arr = (ctypes.POINTER(ctypes.c_int) * 3)(*(ctypes.pointer(x) for _ in range(3)))
+    cp.clear(arr)
+    assert not any(arr)
+
+    class WithPointer(ctypes.Structure):
+        _fields_ = [("p", ctypes.POINTER(ctypes.c_int)), ("n", ctypes.c_int)]
+    s = WithPointer(ctypes.pointer(x), 3)
+    cp.clear(s)
+    assert not s.p and s.n == 0
+    target = (ctypes.c_int * 4)(1, 2, 3, 4)
+    p = ctypes.pointer(target)
+    assert not cp.is_zero(p)
+    cp.clear(p.contents)
+    assert list(target) == [0] * 4 and p        # the pointer still points there
+    cp.clear((ctypes.c_char * 8).from_address(ctypes.addressof(target)))
+    assert bytes(target) == bytes(16)
+
+
 @pytest.mark.parametrize("kind", ["object", "structured", "subarray"])
 def test_references_are_refused_after_a_run_of_wide_arrays(kind):
     """After arrays of wide items in a row (float64: the binding then asks

@@ -268,6 +268,42 @@ static int object_holds_references(PyObject *obj)
     return r;
 }
 
+/* 1 when a buffer is one pointer and no array of them (0 dimensions, a
+ * PEP 3118 pointer format: '&' before the pointee's, or a void, char or
+ * wchar_t pointer): a ctypes pointer object, c_void_p, c_char_p.  Its
+ * bytes are the pointer itself; whoever clears ctypes.pointer(x) means x. */
+static int lone_pointer(const Py_buffer *view)
+{
+    const char *f = view->format;
+    if (view->ndim != 0 || !f)
+        return 0;
+    if (*f == '<' || *f == '>' || *f == '@' || *f == '=' || *f == '!')
+        f++;
+    return *f == '&' || ((*f == 'P' || *f == 'z' || *f == 'Z') && !f[1]);
+}
+
+static int refuse_pointer(PyObject *obj, Py_ssize_t index)
+{
+    const char *what = Py_TYPE(obj)->tp_name;
+    if (index >= 0)
+        PyErr_Format(PyExc_TypeError, "clear_many: buffer %zd: " POINTER_REFUSAL, index, what);
+    else
+        PyErr_Format(PyExc_TypeError, POINTER_REFUSAL, what);
+    return -1;
+}
+
+/* A buffer's format (and dimensions) refused for clearing: its items hold
+ * references, or it is a lone pointer.  -1 with the TypeError that says
+ * so, else 0. */
+static int refuse_format(PyObject *obj, const Py_buffer *view, Py_ssize_t index)
+{
+    if (format_holds_references(view->format))
+        return refuse_references(obj, index);
+    if (lone_pointer(view))
+        return refuse_pointer(obj, index);
+    return 0;
+}
+
 int refuse_references(PyObject *obj, Py_ssize_t index)
 {
     const char *what = Py_TYPE(obj)->tp_name;
@@ -317,13 +353,14 @@ int acquire_writable_or_strided(PyObject *obj, Py_buffer *view, PyObject **err, 
 }
 
 /* A buffer taken with its format: 0, still held, where its items hold no
- * references; else -1, released, with the TypeError that says so. */
+ * references and it is no lone pointer; else -1, released, with the
+ * TypeError that says why (refuse_format). */
 static int held_unless_references(PyObject *obj, Py_buffer *view, Py_ssize_t index)
 {
-    if (!format_holds_references(view->format))
+    if (refuse_format(obj, view, index) == 0)
         return 0;
     PyBuffer_Release(view);
-    return refuse_references(obj, index);
+    return -1;
 }
 
 /* An item that holds a reference is at least a pointer wide: the bytes of
@@ -450,9 +487,9 @@ int check_references(PyObject *obj, Py_ssize_t index)
         int has = object_holds_references(obj);
         return has < 0 ? -1 : has ? refuse_references(obj, index) : 0;
     }
-    int has = format_holds_references(v.format);
+    int r = refuse_format(obj, &v, index);
     PyBuffer_Release(&v);
-    return has ? refuse_references(obj, index) : 0;
+    return r;
 }
 
 /* check_items(obj, index=-1): raise the refusal if obj's items hold

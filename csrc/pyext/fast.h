@@ -129,6 +129,13 @@ int entry_get_buffer(PyObject *obj, Py_buffer *view, int flags);
     "each reference without releasing it, so it was left unchanged; to reset an " \
     "object array, use a.fill(0)"
 
+/* ... and a lone pointer (a ctypes pointer object, c_void_p, c_char_p),
+ * whose bytes are the pointer, not what it points to. */
+#define POINTER_REFUSAL \
+    "the %s is a pointer: its buffer is the pointer itself, and clearing it would " \
+    "set it to NULL, not clear what it points to, so it was left unchanged; pass " \
+    "the object it points to (p.contents), or (ctypes.c_char * n).from_address(address)"
+
 int acquire_writable(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t index);
 /* acquire_writable, where a numpy.ndarray (or a subclass) or a memoryview
  * that is not one C-contiguous extent is taken as it is: *strided 1 with
