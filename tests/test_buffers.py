@@ -633,9 +633,24 @@ def _holding(kind):
 HOLDING = ["object", "object_2d_strided", "structured", "subarray", "ctypes_py_object"]
 
 
+REFUSING_CALLS = ["clear", "clear_hot", "clear_many", "clear_many_after_strided", "clear_pages"]
+
+
+def _refused_call(call, buf):
+    """Each entry that writes, given buf: alone, with hot=, second of a
+    clear_many (after a plain buffer, or after a strided one: the Python
+    path), and clear_pages."""
+    return {
+        "clear": lambda: cp.clear(buf),
+        "clear_hot": lambda: cp.clear(buf, hot=(0, 8)),
+        "clear_many": lambda: cp.clear_many([bytearray(8), buf]),
+        "clear_many_after_strided": lambda: cp.clear_many([np.ones(8)[::2], buf]),
+        "clear_pages": lambda: cp.clear_pages(buf, [0], page_size=8),
+    }[call]
+
+
 @pytest.mark.parametrize("kind", HOLDING)
-@pytest.mark.parametrize("call", ["clear", "clear_hot", "clear_many", "clear_many_after_strided",
-                                  "clear_pages"])
+@pytest.mark.parametrize("call", REFUSING_CALLS)
 def test_items_holding_references_are_refused_unchanged(kind, call):
     """Zeroing object references turns the items into NULLs (None to numpy)
     and leaks every object for good: a TypeError that names the fix, and
@@ -645,15 +660,8 @@ def test_items_holding_references_are_refused_unchanged(kind, call):
     buf, objs = _holding(kind)
     before = [sys.getrefcount(o) for o in objs]
     snapshot = bytes(memoryview(buf).cast("B")) if memoryview(buf).c_contiguous else None
-    calls = {
-        "clear": lambda: cp.clear(buf),
-        "clear_hot": lambda: cp.clear(buf, hot=(0, 8)),
-        "clear_many": lambda: cp.clear_many([bytearray(8), buf]),
-        "clear_many_after_strided": lambda: cp.clear_many([np.ones(8)[::2], buf]),
-        "clear_pages": lambda: cp.clear_pages(buf, [0], page_size=8),
-    }
     with pytest.raises(TypeError, match=r"hold references.*a\.fill\(0\)"):
-        calls[call]()
+        _refused_call(call, buf)()
     if snapshot is not None:
         assert bytes(memoryview(buf).cast("B")) == snapshot
     assert [sys.getrefcount(o) for o in objs] == before
@@ -680,8 +688,7 @@ def _lone_pointer(kind):
 
 @pytest.mark.parametrize("kind", ["pointer", "pointer_to_array", "c_void_p", "c_char_p",
                                   "c_wchar_p"])
-@pytest.mark.parametrize("call", ["clear", "clear_hot", "clear_many", "clear_many_after_strided",
-                                  "clear_pages"])
+@pytest.mark.parametrize("call", REFUSING_CALLS)
 def test_a_lone_pointer_is_refused_unchanged(kind, call):
     """A ctypes pointer object's buffer is the pointer: clearing it would
     set it to NULL, where whoever wrote cp.clear(ctypes.pointer(x)) meant
@@ -690,15 +697,8 @@ def test_a_lone_pointer_is_refused_unchanged(kind, call):
     p, target = _lone_pointer(kind)
     before = bytes(memoryview(p).cast("B"))
     target_before = bytes(target) if target is not None else None
-    calls = {
-        "clear": lambda: cp.clear(p),
-        "clear_hot": lambda: cp.clear(p, hot=(0, 8)),
-        "clear_many": lambda: cp.clear_many([bytearray(8), p]),
-        "clear_many_after_strided": lambda: cp.clear_many([np.ones(8)[::2], p]),
-        "clear_pages": lambda: cp.clear_pages(p, [0], page_size=8),
-    }
     with pytest.raises(TypeError, match=r"is a pointer: .*NULL.*p\.contents"):
-        calls[call]()
+        _refused_call(call, p)()
     assert bytes(memoryview(p).cast("B")) == before
     assert before != bytes(len(before))
     if target is not None:
