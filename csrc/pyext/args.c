@@ -282,13 +282,18 @@ static int lone_pointer(const Py_buffer *view)
     return *f == '&' || ((*f == 'P' || *f == 'z' || *f == 'Z') && !f[1]);
 }
 
-static int refuse_pointer(PyObject *obj, Py_ssize_t index)
+/* The TypeError of a refused buffer: why (a format with one %s, the
+ * type's name), after the piece of clear_many where index >= 0.  -1. */
+static int refuse(PyObject *obj, Py_ssize_t index, const char *why)
 {
-    const char *what = Py_TYPE(obj)->tp_name;
-    if (index >= 0)
-        PyErr_Format(PyExc_TypeError, "clear_many: buffer %zd: " POINTER_REFUSAL, index, what);
-    else
-        PyErr_Format(PyExc_TypeError, POINTER_REFUSAL, what);
+    PyObject *msg = PyUnicode_FromFormat(why, Py_TYPE(obj)->tp_name);
+    if (msg) {
+        if (index >= 0)
+            PyErr_Format(PyExc_TypeError, "clear_many: buffer %zd: %U", index, msg);
+        else
+            PyErr_SetObject(PyExc_TypeError, msg);
+        Py_DECREF(msg);
+    }
     return -1;
 }
 
@@ -300,19 +305,13 @@ static int refuse_format(PyObject *obj, const Py_buffer *view, Py_ssize_t index)
     if (format_holds_references(view->format))
         return refuse_references(obj, index);
     if (lone_pointer(view))
-        return refuse_pointer(obj, index);
+        return refuse(obj, index, POINTER_REFUSAL);
     return 0;
 }
 
 int refuse_references(PyObject *obj, Py_ssize_t index)
 {
-    const char *what = Py_TYPE(obj)->tp_name;
-    if (index >= 0)
-        PyErr_Format(PyExc_TypeError, "clear_many: buffer %zd: " REFERENCES_REFUSAL,
-                     index, what);
-    else
-        PyErr_Format(PyExc_TypeError, REFERENCES_REFUSAL, what);
-    return -1;
+    return refuse(obj, index, REFERENCES_REFUSAL);
 }
 
 /* numpy.ndarray, where numpy is imported (never imported here): held once
