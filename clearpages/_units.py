@@ -48,12 +48,10 @@ def parse_size(value: object, what: str = "size", minimum: int = 0) -> int:
         if n < 0:
             raise ValueError(_spellings(what, value))
     else:
-        if isinstance(value, bool):
+        got = as_int(value)     # numpy's integers; no bool, numpy's before 2.0 included
+        if got is None:
             raise TypeError(_spellings(what, value))
-        try:
-            n = operator.index(value)  # type: ignore[arg-type]  # numpy integers
-        except TypeError:
-            raise TypeError(_spellings(what, value)) from None
+        n = got
     if n > MAX_SIZE:
         raise ValueError("%s %r is larger than any memory (at most 2**%d bytes)"
                          % (what, value, MAX_SIZE.bit_length() - 1))

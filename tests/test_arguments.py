@@ -70,6 +70,21 @@ def test_numpy_integers_clear_as_ints_do():
 
 
 @pytest.mark.parametrize("call", [
+    lambda v: cp.plan(v),
+    lambda v: cp.Region(v),
+    lambda v: cp.clear_pages(bytearray(BUF), [0], page_size=v),
+    lambda v: cp.nonzero_pages(bytes(BUF), page_size=v),
+], ids=["plan", "Region", "clear_pages", "nonzero_pages"])
+def test_numpys_bool_is_no_size(call):
+    """numpy's bool is no byte count, though numpy before 2.0 gives it an
+    __index__ (1 for True): a TypeError, as Python's bool is."""
+    np = pytest.importorskip("numpy")
+    for v in (np.bool_(True), np.bool_(False)):
+        with pytest.raises(TypeError, match="must be a byte count"):
+            call(v)
+
+
+@pytest.mark.parametrize("call", [
     lambda v: cp.clear(bytearray(BUF), threads=v),
     lambda v: cp.clear_many([bytearray(BUF)], threads=v),
     lambda v: cp.is_zero(bytes(BUF), threads=v),
