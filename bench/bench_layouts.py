@@ -5,7 +5,8 @@ says otherwise), the clear alone, nothing reading or writing it between
 calls; `timeit`, the best of --repeat runs of --number calls (scaled down
 for large views), us a call.  Rows: numpy arrays of other dtypes (float64
 items are as wide as a pointer and are checked for references), Fortran
-order and strided views (every other column, row, byte), `clear_many` of a
+order and strided views (every other column, row, byte; the first bytes of
+each row, as `a[:, :k]` takes them), `clear_many` of a
 few buffers against a loop, and a method named by a string built at run
 time against the literal.
 
@@ -56,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
          lambda: np.ones((512, 8, 128))[:, ::2, ::2], 64),
         ("2048x2048 float64, every other column (from memory)",
          lambda: np.ones((2048, 2048))[:, ::2], 2000),
+        ("64x128 uint8, the first 64 B of each row",
+         lambda: np.ones((64, 128), np.uint8)[:, :64], 1),
+        ("256x1024 uint8, the first 512 B of each row",
+         lambda: np.ones((256, 1024), np.uint8)[:, :512], 8),
+        ("1024x2048 uint8, the first 1 KiB of each row",
+         lambda: np.ones((1024, 2048), np.uint8)[:, :1024], 64),
+        ("256x8192 uint8, the first 4 KiB of each row",
+         lambda: np.ones((256, 8192), np.uint8)[:, :4096], 64),
+        ("64x32768 uint8, the first 16 KiB of each row",
+         lambda: np.ones((64, 32768), np.uint8)[:, :16384], 64),
     ]:
         g = {"cp": cp, "a": make()}
         rows.append((name, us("cp.clear(a)", g, scale), us("a.fill(0)", g, scale)))

@@ -61,9 +61,14 @@ NEVER = 1 << 62
 UNTOUCHED_MIN = 16 * MiB
 
 #: Pieces shorter than this on average (a strided view of small elements,
-#: many short buffers) are cleared one by one as they come, on the calling
-#: thread, not as a job (csrc/core/policy.c states the rule; run.c runs it).
+#: many short buffers) get memset and are cleared one by one as they come, on
+#: the calling thread, not as a job (csrc/core/policy.c states the rule;
+#: run.c runs it).
 PIECE_FINE = int(lib.CP_POLICY_PIECE_FINE)
+#: Pieces shorter than this on average (the rows of a 2-D slice) are cleared
+#: one by one too, by the routine the total chose, on one thread, where the
+#: pages are not looked at for untouched ones.
+PIECE_DIRECT = int(lib.CP_POLICY_PIECE_DIRECT)
 
 Threads = Union[int, str]
 
@@ -173,7 +178,7 @@ class Plan:
     untouched: str = ""
     one_by_one: bool = False
     """The pieces are cleared one by one as they come, on the calling thread
-    (under PIECE_FINE a piece on average), not as a job in time slices."""
+    (under PIECE_DIRECT a piece on average), not as a job in time slices."""
 
     @property
     def unit(self) -> int:
@@ -480,8 +485,9 @@ class Decision(NamedTuple):
     """The learner's own reason code for the role it runs (CP_LEARNED_NONE
     from the policy)."""
     one_by_one: bool = False
-    """Pieces under PIECE_FINE on average, on one thread: cleared one by one
-    as they come, not as a job."""
+    """Pieces under PIECE_DIRECT on average, on one thread, their pages not
+    looked at for untouched ones (under PIECE_FINE: whatever the look):
+    cleared one by one as they come, not as a job."""
 
 
 def hot_hint(hot: int | bool | None) -> tuple[int, int]:
@@ -659,7 +665,7 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
         "method": d.method, "hot_method": d.hot_method, "forced": forced,
         "threads": d.threads, "a_piece": " a piece" if count > 1 else "",
         "work": size(rest), "untouched_min": size(UNTOUCHED_MIN),
-        "piece_fine": size(PIECE_FINE),
+        "piece_fine": size(PIECE_FINE), "piece_direct": size(PIECE_DIRECT),
     }
     figures.update((f, size(getattr(th, f))) for f in (
         "nt_min", "vector_max", "long_min", "thread_min", "hot_max"))
@@ -667,6 +673,9 @@ def explain(th: Thresholds, d: Decision, nbytes: int, count: int = 1, *,
     more, thread_fields = THREADS_REASONS[d.threads_why]
     reason = sentence + (", chosen from the total as one piece of work"
                          if count > 1 and d.why != lib.CP_WHY_SMALL_PIECES else "")
+    if d.one_by_one and d.why != lib.CP_WHY_SMALL_PIECES:
+        reason += (", and called for each piece as it comes: under {piece_direct} a piece, "
+                   "a job's bookkeeping costs more than it saves")
     reason = (reason + more).format(**figures)
     method, threads = d.method, d.threads
     if d.why == lib.CP_WHY_HOT and d.hot_why == lib.CP_HOT_PART_WHOLE:

@@ -1,9 +1,10 @@
 """Small pieces: a strided view of small elements (a column of a matrix,
-every other byte), a DLPack tensor so laid out, many short buffers.  Pieces
-shorter than PIECE_FINE on average are cleared one by one as they come, on
-the calling thread (csrc/pyext/run.c), without a list of them where a
-layout is walked: exact, at no memory per element, stopping between slices
-as a job does, and running what plan() names."""
+every other byte), the rows of a 2-D slice, a DLPack tensor so laid out,
+many short buffers.  Pieces shorter than PIECE_DIRECT on average (PIECE_FINE
+whatever else) are cleared one by one as they come, on the calling thread
+(csrc/pyext/run.c), without a list of them where a layout is walked: exact,
+at no memory per element, stopping between slices as a job does, and
+running what plan() names."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from clearpages import _dispatch, _fast, _policy
 from clearpages._native import lib
 
 FINE = _policy.PIECE_FINE
+DIRECT = _policy.PIECE_DIRECT
 
 
 def test_the_bound_is_the_policys():
@@ -149,13 +151,64 @@ def test_it_comes_back_between_slices(config, monkeypatch):
     assert not v[:done].any() and (v[done:] == 0xAB).all() and (a[:, 1] == 0xAB).all()
 
 
+def test_rows_up_to_the_direct_bound_go_one_by_one():
+    """Pieces from PIECE_FINE up to PIECE_DIRECT on average: one by one on
+    one thread, by the routine the policy chose (the rows of a 2-D slice;
+    as a job they cost 1.4-2.7x numpy's fill at 512 B-4 KiB a row); from
+    the bound, with threads asked for, or where the pages are looked at for
+    untouched ones (a total of UNTOUCHED_MIN or more, with pieces above
+    PIECE_FINE), a job."""
+    assert FINE < DIRECT == lib.CP_POLICY_PIECE_DIRECT
+    for piece in (FINE, 4096, DIRECT - 1):
+        p = cp.plan(64 * piece, count=64)
+        assert p.one_by_one and p.threads == 1, piece
+        assert "called for each piece as it comes" in p.reason
+    assert not cp.plan(64 * DIRECT, count=64).one_by_one
+    assert not cp.plan(64 * 4096, count=64, threads=2).one_by_one
+    big = cp.plan(_policy.UNTOUCHED_MIN, count=_policy.UNTOUCHED_MIN // 4096)
+    assert big.one_by_one == (not big.skips_untouched)
+    # Small pieces go one by one whatever the look.
+    assert cp.plan(_policy.UNTOUCHED_MIN, count=_policy.UNTOUCHED_MIN // 64).one_by_one
+
+
+@pytest.mark.parametrize("method", ["auto"] + sorted(cp.methods()))
+@pytest.mark.parametrize("item", (FINE, FINE + 8, 2048, 4096 + 64, DIRECT - 64, DIRECT))
+def test_the_rows_of_a_slice_are_cleared_exactly(item, method):
+    """a[:, :k] for rows on both sides of PIECE_DIRECT, every routine (a
+    streaming one fenced once at the end): the view zero, the rest of each
+    row as it was."""
+    a, v = _column(item, rows=37, gap=64)
+    cp.clear(v, method=method)
+    assert not v.any()
+    assert (a[:, item:] == 0xAB).all()
+
+
+def test_long_rows_come_back_every_few_megabytes(config, monkeypatch):
+    """Rows of 8 KiB, one by one: with no time to a slice, the clear comes
+    back to Python every FINE_CHECK pieces, a long piece counting as one a
+    256 bytes (every 4 MiB), so that 12 MiB of them look at the signals
+    three times and more, not once."""
+    monkeypatch.setattr(_dispatch, "SLICE_NS", 0)
+    _dispatch.state().configure_native()    # the config fixture restores the real one
+    a, v = _column(8192, rows=1536, gap=64)
+    assert cp.plan(v.size, count=1536).one_by_one
+    log = []
+    _fast._set_debug_hook(lambda where, routine, n: log.append(where))
+    try:
+        cp.clear(v)
+    finally:
+        _fast._set_debug_hook(None)
+    assert not v.any() and (a[:, 8192:] == 0xAB).all()
+    assert log.count("slice") >= 3, log
+
+
 def test_many_short_buffers_and_a_long_one():
     """clear_many of short pieces clears them one by one; with a long one
     among them, a job (which slices the long one) clears them all."""
     short = [bytearray(b"\1" * (k % 40 + 1)) for k in range(500)]
     cp.clear_many(short)
     assert all(not any(b) for b in short)
-    mixed = short[:100] + [bytearray(b"\1" * (256 * FINE))]
+    mixed = short[:100] + [bytearray(b"\1" * (8 * DIRECT))]
     for b in mixed:
         b[:] = b"\1" * len(b)
     cp.clear_many(mixed)

@@ -200,9 +200,6 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
             out->threads = 1;           /* cleared as they come, on the calling thread */
             out->threads_why = CP_THREADS_SMALL_PIECES;
         }
-        /* A named routine too: a job's bookkeeping costs more than such a
-         * piece's clear, whoever chose the routine. */
-        out->one_by_one = out->threads == 1 && small_pieces(nbytes, count);
         if (method == CP_POLICY_AUTO) {
             out->routine = route(p, nbytes, count, out->threads, &out->why);
         } else {
@@ -211,6 +208,18 @@ void cp_policy_decide(const struct cp_policy *p, size_t nbytes, size_t count,
         }
         out->unit = unit_for(p, nbytes, out->threads);
         untouched_for(p, nbytes, out);
+        /* Pieces cleared one by one as they come, whoever chose the routine:
+         * a job's bookkeeping (a sorted copy of the list, a position per
+         * extent, its slices' clock reads) costs 10-20 ns an extent and a
+         * few hundred a call, more than a small piece's clear, and made the
+         * rows of a 2-D slice (`a[:, :k]`, 512 B-4 KiB a row) cost 1.4-2.7
+         * times numpy's fill on the Intel guest.  Up to PIECE_DIRECT a piece
+         * on average, where the pages are not looked at for untouched ones
+         * (the job's); small pieces whatever the look. */
+        out->one_by_one = out->threads == 1 && count > 1
+                          && (small_pieces(nbytes, count)
+                              || (nbytes / count < CP_POLICY_PIECE_DIRECT
+                                  && !out->skip_untouched));
     }
     out->adapt_why = learner_for(p, nbytes, count, method, out->threads, hot);
     out->adaptive = out->adapt_why == CP_LEARNER_ASKED;

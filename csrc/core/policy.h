@@ -27,9 +27,11 @@ enum {
     CP_POLICY_NONE = -1,        /* no such routine (forced, long, hot) */
     CP_POLICY_THREADS_AUTO = 0, /* threads: "auto" */
     CP_POLICY_MIN_UNIT = 4096,  /* the smallest unit of work: a page */
-    CP_POLICY_PIECE_FINE = 512,  /* pieces shorter on average are cleared one by
-                                   one as they come, on one thread (a strided
-                                   view of small elements) */
+    CP_POLICY_PIECE_FINE = 512,  /* pieces shorter on average get memset, on one
+                                   thread (a strided view of small elements) */
+    CP_POLICY_PIECE_DIRECT = 65536, /* pieces shorter on average, on one thread, are
+                                   cleared one by one as they come, not as a job
+                                   (the rows of a 2-D slice, many short buffers) */
     /* hot: what the program said of the buffer */
     CP_POLICY_HOT_NONE = 0,     /* nothing: auto */
     CP_POLICY_HOT_RANGE = 1,    /* hot=(start, stop): hot_nbytes cleared last, hot */
@@ -126,9 +128,11 @@ struct cp_decision {
      * CP_LEARNER_*, CP_UNTOUCHED_* (above). */
     int why, hot_why, threads_why, adapt_why, untouched_why;
     int learned;                /* the learner's, CP_LEARNED_NONE from the policy */
-    int one_by_one;             /* 1: pieces under CP_POLICY_PIECE_FINE on average, on
-                                   one thread: cleared one by one as they come, not
-                                   as a job */
+    int one_by_one;             /* 1: more than one piece, under
+                                   CP_POLICY_PIECE_DIRECT on average, on one thread,
+                                   no look for untouched pages (under
+                                   CP_POLICY_PIECE_FINE: whatever the look): cleared
+                                   one by one as they come, not as a job */
 };
 
 /* The decision for nbytes in count pieces (count 0: as 1).  method: a

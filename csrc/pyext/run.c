@@ -319,19 +319,22 @@ static int clear_hot_decided(char *base, size_t n, size_t start, size_t stop,
 /* ---- small extents, cleared as they come ------------------------------------ */
 
 /* Extents this short on average (a strided view of small elements: a
- * column of a matrix, every other byte) are cleared one by one on the
- * calling thread as they are listed or walked, not as a job, where the
- * policy says so (cp_decision.one_by_one: under CP_POLICY_PIECE_FINE a
- * piece, one thread): a job's bookkeeping (a sorted copy of the list, a
- * position per extent, a unit loop around each routine call) costs tens of
- * nanoseconds an extent, more than the clear of an element, and a walked
- * layout needs no list at all.  The policy's memset runs inline (stores of
- * a size the compiler knows, for elements of 1-64 bytes in rows); a named
- * routine is called for each extent, fenced once at the end. */
-/* Extents between looks at the clock, for the slice's end. */
+ * column of a matrix, every other byte; the rows of a 2-D slice; many
+ * short buffers) are cleared one by one on the calling thread as they are
+ * listed or walked, not as a job, where the policy says so
+ * (cp_decision.one_by_one: under CP_POLICY_PIECE_DIRECT a piece, one
+ * thread): a job's bookkeeping (a sorted copy of the list, a position per
+ * extent, a unit loop around each routine call) costs tens of nanoseconds
+ * an extent, more than the clear of an element, and a walked layout needs
+ * no list at all.  The policy's memset runs inline (stores of a size the
+ * compiler knows, for elements of 1-64 bytes in rows); a named routine is
+ * called for each extent, fenced once at the end. */
+/* Extents between looks at the clock, for the slice's end; an extent
+ * longer than FINE_UNIT counts as one a FINE_UNIT (4 MiB between looks). */
 #define FINE_CHECK 16384u
+#define FINE_UNIT 256u
 /* A list with an extent longer than this is a job however short the rest. */
-#define FINE_LONG (64u * CP_POLICY_PIECE_FINE)
+#define FINE_LONG (4u * CP_POLICY_PIECE_DIRECT)
 
 struct fine {
     cp_clear_fn fn;             /* NULL: memset, inline */
@@ -339,7 +342,7 @@ struct fine {
     size_t total;
     PyThreadState *ts;          /* the GIL let go (NULL: held throughout) */
     uint64_t deadline;
-    size_t since;               /* extents since the clock was read */
+    size_t since;               /* extents since the clock was read (FINE_UNIT) */
 };
 
 /* Between slices: the GIL taken back, the hook, the signal handlers (which
@@ -355,8 +358,9 @@ static int fine_pause(struct fine *f)
     return rc ? -1 : 0;
 }
 
-/* n more extents cleared: past FINE_CHECK of them, a look at the clock, and
- * a pause where the slice is over.  1: stop (an error is set). */
+/* n more extents cleared (counted as fine_units do): past FINE_CHECK of
+ * them, a look at the clock, and a pause where the slice is over.  1: stop
+ * (an error is set). */
 static int fine_tick(struct fine *f, size_t n)
 {
     f->since += n;
@@ -366,17 +370,29 @@ static int fine_tick(struct fine *f, size_t n)
     return native->adapt_now_ns() >= f->deadline && fine_pause(f) < 0;
 }
 
+/* What an extent of len bytes counts towards FINE_CHECK: 1, or one a
+ * FINE_UNIT for a longer one (rows of 8 KiB look at the clock every 512). */
+static size_t fine_units(size_t len)
+{
+    return len > FINE_UNIT ? len / FINE_UNIT : 1;
+}
+
 static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t n)
 {
     struct fine *f = ctx;
+    size_t units = 0;
     if (f->fn) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             f->fn(addrs[i], lens[i]);
+            units += fine_units(lens[i]);
+        }
     } else {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             memset(addrs[i], 0, lens[i]);
+            units += fine_units(lens[i]);
+        }
     }
-    return fine_tick(f, n);
+    return fine_tick(f, units);
 }
 
 /* A row of n extents of len bytes, stride apart: a loop of stores of a
@@ -394,10 +410,12 @@ static int fine_visit(void *ctx, char *const *addrs, const size_t *lens, size_t 
             memset(p + t * stride, 0, L);             \
     } while (0)
 
-static int fine_row1(struct fine *f, char *p, size_t len, size_t stride, size_t n)
+static inline __attribute__((always_inline)) int
+fine_row1(struct fine *f, char *p, size_t len, size_t stride, size_t n, size_t unit,
+          size_t most)
 {
     while (n) {
-        size_t m = n < FINE_CHECK ? n : FINE_CHECK;
+        size_t m = n < most ? n : most;
         if (f->fn) {
             for (size_t t = 0; t < m; t++)
                 f->fn(p + t * stride, len);
@@ -415,7 +433,7 @@ static int fine_row1(struct fine *f, char *p, size_t len, size_t stride, size_t 
         }
         p += m * stride;
         n -= m;
-        if (fine_tick(f, m))
+        if (fine_tick(f, m * unit))
             return 1;
     }
     return 0;
@@ -424,8 +442,17 @@ static int fine_row1(struct fine *f, char *p, size_t len, size_t stride, size_t 
 static int fine_row(void *ctx, char *p, size_t len, size_t stride, size_t n,
                     size_t stride1, size_t n1)
 {
+    size_t unit = fine_units(len);
+    if (unit == 1) {
+        /* (Short rows, the common case: inlined with the constants.) */
+        for (size_t r = 0; r < n1; r++)
+            if (fine_row1(ctx, p + r * stride1, len, stride, n, 1, FINE_CHECK))
+                return 1;
+        return 0;
+    }
+    size_t most = unit < FINE_CHECK ? FINE_CHECK / unit : 1;    /* extents between ticks */
     for (size_t r = 0; r < n1; r++)
-        if (fine_row1(ctx, p + r * stride1, len, stride, n))
+        if (fine_row1(ctx, p + r * stride1, len, stride, n, unit, most))
             return 1;
     return 0;
 }
