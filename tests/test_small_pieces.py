@@ -202,6 +202,50 @@ def test_long_rows_come_back_every_few_megabytes(config, monkeypatch):
     assert log.count("slice") >= 3, log
 
 
+def _refusal(call):
+    with pytest.raises((TypeError, ValueError)) as e:
+        call()
+    return type(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a[:, 3], lambda a: memoryview(a.reshape(-1))[3::8]],
+    ids=["ndarray", "memoryview"])
+def test_a_run_of_strided_views_asks_for_strides_first(make):
+    """After strided views of a type, its next object is asked for its
+    strides at once (the contiguous request a strided view refuses costs
+    more than a small column's clear): each kind of buffer still gets what
+    it got before the run, whether cleared or refused, and in the same
+    words."""
+    def fresh():
+        base = np.full((16, 8), 7.0)
+        return base, make(base)
+
+    ro_base = np.full((16, 8), 7.0)
+    ro = make(ro_base)
+    if isinstance(ro, np.ndarray):
+        ro.flags.writeable = False
+    else:
+        ro = ro.toreadonly()
+    objects = np.full((16, 8), None, dtype=object)
+    refused = [lambda: cp.clear(ro), lambda: cp.clear(objects[:, 3])]
+    cp.clear(np.ones(4))                        # contiguous: no run
+    cp.clear(memoryview(bytearray(8)).cast("d"))
+    cold = [_refusal(r) for r in refused]
+    for _ in range(3):                           # a run of strided ones
+        base, v = fresh()
+        cp.clear(v)
+        assert not base[:, 3].any() and (base[:, :3] == 7).all() and (base[:, 4:] == 7).all()
+    assert [_refusal(r) for r in refused] == cold
+    assert (ro_base == 7).all() and (objects == None).all()  # noqa: E711
+    for whole in (np.full((16, 8), 7.0), np.full((16, 8), 7.0, order="F")):
+        cp.clear(whole if isinstance(make(whole), np.ndarray) else memoryview(whole))
+        assert not whole.any()
+    base, v = fresh()
+    cp.clear(v)                                  # and strided again
+    assert not base[:, 3].any() and (base[:, 4:] == 7).all()
+
+
 def test_many_short_buffers_and_a_long_one():
     """clear_many of short pieces clears them one by one; with a long one
     among them, a job (which slices the long one) clears them all."""
