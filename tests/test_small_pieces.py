@@ -116,22 +116,28 @@ def test_a_signal_between_slices_stops_it():
     assert [r for w, r, _ in log if w == "slice"][:1] == [want]
 
 
-def test_it_comes_back_between_slices(config, monkeypatch):
-    """With no time to a slice, the clear comes back to Python (the hook,
-    signal handlers) every FINE_CHECK pieces; an exception there stops it
-    with the pieces before cleared and the rest as they were."""
+def _slices_of_a_clear(monkeypatch, v):
+    """The slices cp.clear(v) comes back to Python for, with no time to a
+    slice (the config fixture restores the real one)."""
     monkeypatch.setattr(_dispatch, "SLICE_NS", 0)
-    _dispatch.state().configure_native()    # the config fixture restores the real one
-    rows = 1 << 20
-    a, v = _column(1, rows=rows, gap=1)
+    _dispatch.state().configure_native()
     log = []
     _fast._set_debug_hook(lambda where, routine, n: log.append(where))
     try:
         cp.clear(v)
     finally:
         _fast._set_debug_hook(None)
+    return log.count("slice")
+
+
+def test_it_comes_back_between_slices(config, monkeypatch):
+    """With no time to a slice, the clear comes back to Python (the hook,
+    signal handlers) every FINE_CHECK pieces; an exception there stops it
+    with the pieces before cleared and the rest as they were."""
+    rows = 1 << 20
+    a, v = _column(1, rows=rows, gap=1)
+    assert _slices_of_a_clear(monkeypatch, v) >= rows // 16384
     assert not v.any() and (a[:, 1] == 0xAB).all()
-    assert log.count("slice") >= rows // 16384
 
     a, v = _column(1, rows=rows, gap=1)
     seen = []
@@ -188,18 +194,10 @@ def test_long_rows_come_back_every_few_megabytes(config, monkeypatch):
     back to Python every FINE_CHECK pieces, a long piece counting as one a
     256 bytes (every 4 MiB), so that 12 MiB of them look at the signals
     three times and more, not once."""
-    monkeypatch.setattr(_dispatch, "SLICE_NS", 0)
-    _dispatch.state().configure_native()    # the config fixture restores the real one
     a, v = _column(8192, rows=1536, gap=64)
     assert cp.plan(v.size, count=1536).one_by_one
-    log = []
-    _fast._set_debug_hook(lambda where, routine, n: log.append(where))
-    try:
-        cp.clear(v)
-    finally:
-        _fast._set_debug_hook(None)
+    assert _slices_of_a_clear(monkeypatch, v) >= 3
     assert not v.any() and (a[:, 8192:] == 0xAB).all()
-    assert log.count("slice") >= 3, log
 
 
 def _refusal(call):
