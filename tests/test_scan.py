@@ -362,6 +362,40 @@ def test_strided_views_are_read_correctly():
     assert cp.is_zero(memoryview(bytes(1000))[::7])
 
 
+@pytest.mark.parametrize("item", [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 63, 64, 65, 72])
+def test_the_rows_of_a_strided_view_are_read_to_the_byte(item):
+    """Rows of short extents are read inline, 8 bytes at a time (the last 8
+    overlapping), longer ones by the scanner: a nonzero byte anywhere in the
+    view is found, one just outside it (the rest of each row) is not."""
+    rows = 5
+    a = np.zeros((rows, item + 3), np.uint8)
+    a[:, item:] = 0xFF
+    v = a[:, :item]
+    assert cp.is_zero(v)
+    for r in range(rows):
+        for k in range(item):
+            a[r, k] = 1
+            assert not cp.is_zero(v), (r, k)
+            a[r, k] = 0
+    assert cp.is_zero(v)
+
+
+def test_a_long_row_is_read_to_its_end():
+    """A row longer than the inline scan's step (every other float32 of
+    20000, one row of 10000 extents): a nonzero element at its end, or in
+    a second plane, is found."""
+    a = np.zeros(20000, np.float32)
+    a[1::2] = 7
+    assert cp.is_zero(a[::2])
+    a[-2] = 1
+    assert not cp.is_zero(a[::2])
+    b = np.zeros((3, 9000, 2), np.uint16)
+    b[..., 1] = 5
+    assert cp.is_zero(b[..., 0])
+    b[2, 8999, 0] = 1
+    assert not cp.is_zero(b[..., 0])
+
+
 def test_views_whose_elements_share_bytes_are_read_once():
     """A stride of 0 (broadcast_to) and windows that overlap (as_strided)
     name bytes many times: the scan reads the union of them, so a view of
