@@ -318,14 +318,18 @@ static PyObject *is_zero_tensor(PyObject *buf, int threads)
     struct dlpack_view dv;
     if (acquire_tensor(buf, &dv) < 0)
         return NULL;
-    if (dlpack_list_extents(&dv) < 0) {
-        dlpack_release(&dv);
-        return NULL;
-    }
     struct extents_scan w = {scan_threads(threads, dv.len), 0, 1};
-    if (dv.nextents)
-        scan_some(&w, dv.addrs, dv.lens, dv.nextents);
-    int zero = dv.nextents ? w.zero : scan_extent(dv.base, dv.len, w.threads);
+    int zero;
+    if (dv.layout) {
+        /* Small extents not listed: read as a strided buffer's are. */
+        if (strided_layout_rows(dv.layout, scan_row, &w) == -1)
+            strided_layout_walk(dv.layout, scan_some, &w);
+        zero = w.zero;
+    } else {
+        if (dv.nextents)
+            scan_some(&w, dv.addrs, dv.lens, dv.nextents);
+        zero = dv.nextents ? w.zero : scan_extent(dv.base, dv.len, w.threads);
+    }
     dlpack_release(&dv);
     if (zero < 0)
         return NULL;
