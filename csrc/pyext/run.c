@@ -343,6 +343,7 @@ struct fine {
     PyThreadState *ts;          /* the GIL let go (NULL: held throughout) */
     uint64_t deadline;
     size_t since;               /* extents since the clock was read (FINE_UNIT) */
+    int timed;                  /* it may come to FINE_CHECK: the slice's end is kept */
 };
 
 /* Between slices: the GIL taken back, the hook, the signal handlers (which
@@ -354,7 +355,8 @@ static int fine_pause(struct fine *f)
     int rc = call_debug_hook("slice", f->r.name, f->total) < 0 || PyErr_CheckSignals() < 0;
     if (f->ts)
         f->ts = PyEval_SaveThread();
-    f->deadline = native->adapt_now_ns() + config.slice_ns;
+    if (f->timed)
+        f->deadline = native->adapt_now_ns() + config.slice_ns;
     return rc ? -1 : 0;
 }
 
@@ -471,10 +473,14 @@ static void fine_fence(void)
 typedef int (*fine_walk)(void *ctx, strided_visit visit, void *fine);
 
 static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, size_t n,
-                      size_t total, const struct cp_decision *d)
+                      size_t count, size_t total, const struct cp_decision *d)
 {
     struct fine f = {0};
     f.total = total;
+    /* Fewer than FINE_CHECK extents in all (each long one counted as
+     * fine_units does): no tick comes, and the clock is not read for the
+     * slice's end (20 ns of a small column's 200). */
+    f.timed = count + total / FINE_UNIT >= FINE_CHECK;
     f.r = routine_take(d->routine);
     f.fn = d->routine == config.policy.memset ? NULL : f.r.job_fn;
     int stopped = fine_pause(&f);       /* the hook's first "slice" */
@@ -513,7 +519,7 @@ int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, 
     struct cp_decision d;
     decide(total, count, idx, threads, 0, 0, &d);
     if (d.one_by_one)
-        return clear_fine(walk_layout, s, NULL, NULL, 0, total, &d);
+        return clear_fine(walk_layout, s, NULL, NULL, 0, count, total, &d);
     struct strided_extents r;
     int status = strided_layout_extents(s, &r);
     if (status < 0)
@@ -538,7 +544,7 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
         while (i < n && lens[i] <= FINE_LONG)
             i++;
         if (i == n)
-            return clear_fine(NULL, NULL, addrs, lens, n, total, &d);
+            return clear_fine(NULL, NULL, addrs, lens, n, n, total, &d);
     }
     struct cp_job *job = new_job(addrs, lens, n);
     if (!job)
