@@ -392,11 +392,9 @@ static int acquire(PyObject *obj, Py_buffer *view, PyObject **err, Py_ssize_t in
     *err = NULL;
     if (strided && Py_TYPE(obj) == strided_type && strided_run >= 2) {
         if (acquire_strided(obj, view, index) == 0) {
-            if (PyBuffer_IsContiguous(view, 'C')) {
+            *strided = !PyBuffer_IsContiguous(view, 'C');
+            if (!*strided)
                 strided_run = 0;    /* contiguous after all: as usual next time */
-                return 0;
-            }
-            *strided = 1;
             return 0;
         }
         if (!is_refusal())

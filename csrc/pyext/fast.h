@@ -268,6 +268,10 @@ int strided_layout_walk(struct strided_layout *s, strided_visit visit, void *ctx
 typedef int (*strided_row)(void *ctx, char *first, size_t len, size_t stride, size_t n,
                            size_t stride1, size_t n1);
 int strided_layout_rows(struct strided_layout *s, strided_row row, void *ctx);
+/* Rows where the layout comes so (strided_layout_rows), else extent by
+ * extent (strided_layout_walk): what either returned. */
+int strided_layout_each(struct strided_layout *s, strided_row row, strided_visit visit,
+                        void *ctx);
 int strided_layout_extents(struct strided_layout *s, struct strided_extents *out);
 void strided_layout_free(struct strided_layout *s);
 /* entries.c: the error of a buffer whose layout those refused (status < 0),

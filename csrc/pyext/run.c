@@ -467,20 +467,20 @@ static void fine_fence(void)
 }
 
 /* Clear extents one by one with the routine decided (d->routine), by
- * walk(ctx, visit, fine) or, walk NULL, from the list (addrs, lens, n):
- * total bytes in all.  The GIL is let go for a total of gil_min or more;
+ * walk(ctx, visit, fine) (n extents at most) or, walk NULL, from the list
+ * (addrs, lens, n): total bytes in all.  The GIL is let go for a total of gil_min or more;
  * signals are looked at each slice.  0, or -1 with an error set. */
 typedef int (*fine_walk)(void *ctx, strided_visit visit, void *fine);
 
 static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, size_t n,
-                      size_t count, size_t total, const struct cp_decision *d)
+                      size_t total, const struct cp_decision *d)
 {
     struct fine f = {0};
     f.total = total;
     /* Fewer than FINE_CHECK extents in all (each long one counted as
      * fine_units does): no tick comes, and the clock is not read for the
      * slice's end (20 ns of a small column's 200). */
-    f.timed = count + total / FINE_UNIT >= FINE_CHECK;
+    f.timed = n + total / FINE_UNIT >= FINE_CHECK;
     f.r = routine_take(d->routine);
     f.fn = d->routine == config.policy.memset ? NULL : f.r.job_fn;
     int stopped = fine_pause(&f);       /* the hook's first "slice" */
@@ -506,8 +506,7 @@ static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, siz
  * extent. */
 static int walk_layout(void *ctx, strided_visit visit, void *fine)
 {
-    int rc = strided_layout_rows(ctx, fine_row, fine);
-    return rc == -1 ? strided_layout_walk(ctx, visit, fine) : rc;
+    return strided_layout_each(ctx, fine_row, visit, fine);
 }
 
 /* A layout's bytes (total of them, in at most count extents): one by one
@@ -519,7 +518,7 @@ int clear_layout(struct strided_layout *s, size_t total, size_t count, int idx, 
     struct cp_decision d;
     decide(total, count, idx, threads, 0, 0, &d);
     if (d.one_by_one)
-        return clear_fine(walk_layout, s, NULL, NULL, 0, count, total, &d);
+        return clear_fine(walk_layout, s, NULL, NULL, count, total, &d);
     struct strided_extents r;
     int status = strided_layout_extents(s, &r);
     if (status < 0)
@@ -544,7 +543,7 @@ int clear_extents(char **addrs, size_t *lens, size_t n, size_t total, int idx, i
         while (i < n && lens[i] <= FINE_LONG)
             i++;
         if (i == n)
-            return clear_fine(NULL, NULL, addrs, lens, n, n, total, &d);
+            return clear_fine(NULL, NULL, addrs, lens, n, total, &d);
     }
     struct cp_job *job = new_job(addrs, lens, n);
     if (!job)

@@ -160,10 +160,23 @@ struct extents_scan {
     int zero;                   /* 1, 0 (a nonzero byte) or -1 (an error is set) */
 };
 
+/* bytes more read: past SCAN_SLICE of them, a look at the signals.  1: stop
+ * (an error is set, w->zero -1). */
+static int scan_read(struct extents_scan *w, size_t bytes)
+{
+    if ((w->since += bytes) < SCAN_SLICE)
+        return 0;
+    w->since = 0;
+    if (PyErr_CheckSignals() < 0) {
+        w->zero = -1;
+        return 1;
+    }
+    return 0;
+}
+
 static int scan_some(void *ctx, char *const *addrs, const size_t *lens, size_t n)
 {
     struct extents_scan *w = ctx;
-    size_t since = w->since;
     int (*is_zero)(int, const void *, size_t, int) = scan.is_zero;
     const int variant = scan.variant;
     for (size_t i = 0; i < n; i++) {
@@ -173,15 +186,9 @@ static int scan_some(void *ctx, char *const *addrs, const size_t *lens, size_t n
             w->zero = zero;
             return 1;
         }
-        if ((since += lens[i]) >= SCAN_SLICE) {
-            since = 0;
-            if (PyErr_CheckSignals() < 0) {
-                w->zero = -1;
-                return 1;
-            }
-        }
+        if (scan_read(w, lens[i]))
+            return 1;
     }
-    w->since = since;
     return 0;
 }
 
@@ -263,13 +270,8 @@ static int scan_row(void *ctx, char *p, size_t len, size_t stride, size_t n,
                 w->zero = 0;
                 return 1;
             }
-            if ((w->since += m * len) >= SCAN_SLICE) {
-                w->since = 0;
-                if (PyErr_CheckSignals() < 0) {
-                    w->zero = -1;
-                    return 1;
-                }
-            }
+            if (scan_read(w, m * len))
+                return 1;
         }
     }
     return 0;
@@ -286,9 +288,7 @@ static int scan_strided(const Py_buffer *v, int threads)
                                     &s, &len, &count);
     if (status < 0)
         return buffer_layout_error("is_zero: ", status);
-    /* In rows where it comes so (most strided views), else extent by extent. */
-    if (strided_layout_rows(s, scan_row, &w) == -1)
-        strided_layout_walk(s, scan_some, &w);
+    strided_layout_each(s, scan_row, scan_some, &w);
     strided_layout_free(s);
     return w.zero;
 }
@@ -322,8 +322,7 @@ static PyObject *is_zero_tensor(PyObject *buf, int threads)
     int zero;
     if (dv.layout) {
         /* Small extents not listed: read as a strided buffer's are. */
-        if (strided_layout_rows(dv.layout, scan_row, &w) == -1)
-            strided_layout_walk(dv.layout, scan_some, &w);
+        strided_layout_each(dv.layout, scan_row, scan_some, &w);
         zero = w.zero;
     } else {
         if (dv.nextents)

@@ -524,6 +524,13 @@ int strided_layout_rows(struct strided_layout *s, strided_row row, void *ctx)
     return 0;
 }
 
+int strided_layout_each(struct strided_layout *s, strided_row row, strided_visit visit,
+                        void *ctx)
+{
+    int rc = strided_layout_rows(s, row, ctx);
+    return rc == -1 ? strided_layout_walk(s, visit, ctx) : rc;
+}
+
 int strided_layout_extents(struct strided_layout *s, struct strided_extents *out)
 {
     memset(out, 0, sizeof *out);
