@@ -74,7 +74,8 @@ def only(a: argparse.Namespace) -> int:
     rounds = a.rounds or (phased.QUICK_ROUNDS if a.quick else phased.ROUNDS)
     retake = phased.RETAKE_ROUNDS if a.retake is None else a.retake
     results = phased.run(programs, phased.candidate_names(quick=a.quick), rounds=rounds,
-                         retake=retake, doubtful=phased.doubtful)
+                         retake=retake, doubtful=phased.doubtful,
+                         retake_most=max(phased.RETAKE_MOST, rounds + retake))
     phased.report_generated(results, sys.stdout)
     return 0
 
@@ -100,7 +101,7 @@ def test_generated_programs(benchmark: Any) -> None:
     def run() -> None:
         out[:] = phased.run(programs, phased.candidate_names(quick=True),
                             rounds=phased.QUICK_ROUNDS, retake=phased.RETAKE_ROUNDS,
-                            doubtful=phased.doubtful)
+                            doubtful=phased.doubtful, retake_most=phased.RETAKE_MOST)
     benchmark.pedantic(run, rounds=1, iterations=1)
     g = phased.goals(out)
     benchmark.extra_info["seed"] = seed

@@ -230,16 +230,22 @@ def test_the_twin_measures_the_runs_own_noise():
     assert phased.TWIN in phased.candidate_names() and phased.TWIN in phased.candidate_names(True)
 
 
-def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_ok():
+def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_pinned():
     even = {"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5,
             "numpy.fill": [[1.0, 1.0]] * 5, "ctypes.memset": [[1.0, 1.0]] * 5,
             phased.TWIN: [[1.0, 1.0]] * 5}
     assert not phased.doubtful(_result(even))
-    # auto slower than either rival, or the twin slower than numpy.fill
+    # auto slower than either rival, or the twin slower than numpy.fill, in
+    # some rounds and not in others: a median either side of the goal
     for name, ref in [("auto", "numpy.fill"), ("auto", "ctypes.memset"),
                       (phased.TWIN, "numpy.fill")]:
-        times = dict(even, **{name: [[1.1, 1.1]] * 5})
+        times = dict(even, **{name: [[1.1, 1.1]] * 3 + [[1.0, 1.0]] * 2})
         assert phased.doubtful(_result(times)), (name, ref)
+        # slower in every round by as much: a miss the rounds pin, decided
+        times = dict(even, **{name: [[1.1, 1.1]] * 5})
+        v = _result(times).judge(name, ref, phased.GOAL_RIVAL)
+        assert v.outcome == measure.MISS and v.pinned
+        assert not phased.doubtful(_result(times)), (name, ref)
     # slower than the oracle only: not a rival's verdict
     assert not phased.doubtful(_result(dict(even, a=[[0.5, 0.5]] * 5)))
     # rounds on both sides of the goal: unmeasured, in doubt too
@@ -247,6 +253,15 @@ def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_ok():
     assert phased.doubtful(_result(dict(even, auto=spread)))
     # too few rounds to judge
     assert phased.doubtful(_result({k: v[:2] for k, v in even.items()}))
+    # a median above the goal that the rounds do not pin there is in doubt as
+    # much as one below it: auto's rounds 0.93-1.03 of numpy.fill, median 0.98
+    near = [[1 / x, 1 / x] for x in (0.93, 0.96, 0.98, 1.0, 1.03)]
+    v = _result(dict(even, auto=near)).judge("auto", "numpy.fill", phased.GOAL_RIVAL)
+    assert v.outcome == measure.OK and not v.pinned
+    assert phased.doubtful(_result(dict(even, auto=near)))
+    # the same spread over many rounds pins the median: no longer in doubt
+    assert not phased.doubtful(_result(dict({k: v * 8 for k, v in even.items()},
+                                            auto=near * 8)))
 
 
 def test_a_retake_adds_rounds_to_the_programs_in_doubt():
@@ -274,6 +289,18 @@ def test_a_retake_adds_rounds_to_the_programs_in_doubt():
     assert res[0].first() is res[0]
     back = phased.from_json(json.loads(json.dumps(phased.to_json(res, {}))))
     assert [r.retaken for r in back] == [0, 3]
+    # retaken again while in doubt, up to retake_most rounds in all
+    asked.clear()
+    res = phased.run(progs[1:], names, rounds=2, pool_bytes=1 << 20, retake=2,
+                     doubtful=doubtful, retake_most=7)
+    assert asked == [("p1", 2, 0), ("p1", 4, 2), ("p1", 6, 4)]
+    assert [(r.rounds, r.retaken) for r in res] == [(7, 5)]
+    assert all(len(v) == 7 for v in res[0].times.values())
+    # and no more once it is out of doubt
+    asked.clear()
+    res = phased.run(progs[1:], names, rounds=2, pool_bytes=1 << 20, retake=2,
+                     doubtful=lambda r: doubtful(r) and r.rounds < 4, retake_most=9)
+    assert asked == [("p1", 2, 0), ("p1", 4, 2)] and res[0].rounds == 4
     # no retake asked for: nothing asked, nothing added
     asked.clear()
     res = phased.run(progs, names, rounds=1, pool_bytes=1 << 20, doubtful=doubtful)
@@ -338,8 +365,9 @@ def test_every_place_and_work_runs_and_clears():
     assert np is not None
 
 
-def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
+def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys, monkeypatch):
     pytest.importorskip("numpy")            # the program benchmark's programs use it
+    monkeypatch.setattr(phased, "RETAKE_MOST", 3)
     out = tmp_path / "g.json"
     rc = main(["bench", "--programs", "--generated", "2", "--seed", "5", "--rounds", "1",
                "--quick", "--quiet", "--sizes", "4K", "16K", "--target-ms", "20",
@@ -361,10 +389,13 @@ def test_the_command_line_runs_a_tiny_corpus(tmp_path, capsys):
     assert "phases where auto does worst" in buf.getvalue()
     assert "the run's own noise" in buf.getvalue() and phased.TWIN in buf.getvalue()
     assert data["goals"]["noise"]["name"] == phased.TWIN
-    # one round is too few to judge: every program is in doubt and retaken
+    # one round, then two, are too few to judge: every program is in doubt
+    # and retaken, one round at a time, up to RETAKE_MOST rounds
     assert "--retake 1" in text and data["settings"]["retake"] == 1
-    assert [r.retaken for r in again] == [1, 1] and [r.rounds for r in again] == [2, 2]
+    assert data["settings"]["retake_most"] == 3
+    assert [r.retaken for r in again] == [2, 2] and [r.rounds for r in again] == [3, 3]
     assert "retaken: 2 of 2 programs" in buf.getvalue()
+    assert "(3 rounds: 2)" in " ".join(buf.getvalue().split())
 
 
 def test_the_json_is_kept_as_each_program_ends(tmp_path, monkeypatch):

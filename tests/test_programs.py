@@ -6,6 +6,10 @@ across it both ways unmeasured, and ``bench --programs`` runs end to end
 
 from __future__ import annotations
 
+import math
+import random
+import statistics
+
 import pytest
 
 from clearpages.tools import measure as _measure, programs as _programs
@@ -100,6 +104,52 @@ def test_a_spread_across_the_goal_both_ways_is_unmeasured():
     # too few rounds to have a spread
     assert judge([1.5, 1.5], 0.9).outcome == _measure.UNMEASURED
     assert judge([], 0.9).outcome == _measure.UNMEASURED
+
+
+def test_the_medians_bounds_close_in_as_rounds_are_added():
+    bounds = _measure.median_bounds
+    # 3 rounds: too few for 90% on either side; their extremes
+    assert bounds([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    # 10 rounds: P(Binomial(10, 1/2) < 3) = 56/1024 <= 0.10 < P(< 4) = 176/1024
+    assert bounds(list(range(10))) == (2, 7)
+    assert bounds(list(range(7))) == (1, 5) and bounds(list(range(40))) == (15, 24)
+    assert bounds([2.0]) == (2.0, 2.0)
+    assert all(math.isnan(x) for x in bounds([]))
+    # the rounds' order and non-finite rounds do not matter
+    assert bounds([5, 1, 4, 2, 3, math.nan, 0, 6, 9, 8, 7]) == (2, 7)
+    # the bounds hold at their confidence: over many draws of 15 rounds from
+    # a known distribution, each misses the true median at most ~10% of the time
+    rng = random.Random(7)
+    low = high = 0
+    for _ in range(2000):
+        lo, hi = bounds([rng.gauss(1.0, 0.1) for _ in range(15)])
+        low += lo > 1.0
+        high += hi < 1.0
+    assert low < 0.12 * 2000 and high < 0.12 * 2000
+
+
+def _spread(n: int, centre: float, sd: float) -> list[float]:
+    """n rounds spread as evenly as a normal distribution's quantiles."""
+    q = statistics.NormalDist(centre, sd)
+    return [q.inv_cdf((i + 0.5) / n) for i in range(n)]
+
+
+def test_more_rounds_settle_a_spread_across_the_goal():
+    judge = _measure.judge_rounds
+    # median 0.955, goal 0.97: 5 rounds 0.90-1.01, unmeasured
+    v = judge(_spread(5, 0.955, 0.045), 0.97)
+    assert v.outcome == _measure.UNMEASURED and not v.pinned
+    assert v.lo < 0.90 and v.hi > 1.0
+    # 40 rounds as wide: the interquartile range still holds the goal and its
+    # mirror, but the median's bounds (15th and 25th of 40) are below the goal
+    v = judge(_spread(40, 0.955, 0.045), 0.97)
+    assert v.q1 < 0.94 and v.q3 > 0.97
+    assert v.hi < 0.97 and v.pinned and v.outcome == _measure.MISS
+    # and above it: ok
+    assert judge(_spread(5, 0.985, 0.045), 0.97).outcome == _measure.UNMEASURED
+    v = judge(_spread(40, 0.985, 0.045), 0.97)
+    assert v.lo >= 0.97 and v.pinned and v.outcome == _measure.OK
+    assert v.to_json()["median_bounds"] == [v.lo, v.hi]
 
 
 def _cell(times: dict[str, list[float]]) -> _programs.Cell:

@@ -487,6 +487,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         command += " --clock %s" % args.clock
     settings = {"command": command, "seed": seed if args.generated else None,
                 "rounds": rounds, "retake": retake if args.generated else 0,
+                "retake_most": max(_phased.RETAKE_MOST, rounds + retake)
+                if args.generated and retake else rounds,
                 "candidates": names, "cold_pool": pool, "clock": args.clock}
     if args.generated and not args.cases:
         # what --resume needs to draw the same programs again and to check
@@ -536,6 +538,7 @@ def _run_phased(args: argparse.Namespace, programs: list[Any], settings: dict[st
         results = before + _phased.run(
             programs, names, rounds=rounds, progress=progress, done=keep,
             clock=settings["clock"], retake=retake,
+            retake_most=settings.get("retake_most", rounds + retake),
             doubtful=lambda r: r.program.seed is not None and _phased.doubtful(r))
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -803,9 +806,12 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "printed, so that the run can be replayed)")
     b.add_argument("--retake", type=_seed_arg, metavar="K",
                    help="with --generated: a program whose verdict against numpy.fill or "
-                        "ctypes.memset (auto's, or numpy.fill's own twin's) is not ok after "
-                        "its rounds runs K rounds more, every candidate, and is judged over "
-                        "all of them (default %d; 0: none)" % _phased.RETAKE_ROUNDS)
+                        "ctypes.memset (auto's, or numpy.fill's own twin's) is in doubt after "
+                        "its rounds (the median's bounds hold the goal, whichever side of it "
+                        "the median is on) runs K rounds more, every candidate, and again "
+                        "while in doubt, up to %d rounds in all; it is judged over all of "
+                        "them (default %d; 0: none)" % (_phased.RETAKE_MOST,
+                                                        _phased.RETAKE_ROUNDS))
     b.add_argument("--resume", metavar="FILE",
                    help="with --programs: go on with the --generated run whose --json FILE "
                         "was being written when it stopped: the programs it finished are "

@@ -502,7 +502,11 @@ def differs(a: Measurement, b: Measurement, floor: float = 0.03) -> float:
 # over rounds of the per-round ratios, and the spread beside it their
 # interquartile range.  The median decides; the spread only says when the
 # rounds cannot tell the answer, and then the verdict says so instead of
-# passing.
+# passing.  The rounds' spread does not narrow as rounds are added, so it
+# alone would leave a noisy figure unmeasured forever: the verdict also
+# bounds the median itself (median_bounds), which more rounds do narrow,
+# and a median those bounds put on one side of the goal is judged, however
+# wide the rounds.
 
 OK = "ok"
 MISS = "miss"
@@ -515,6 +519,34 @@ SPREAD_FLOOR = 0.01
 """A median within this of the goal is told from it by a spread narrower
 than this on either side (a tight measurement just below the goal is a miss,
 not a retake)."""
+
+
+MEDIAN_CONFIDENCE = 0.90
+"""The confidence of each of median_bounds' bounds."""
+
+
+def median_bounds(xs: Sequence[float],
+                  confidence: float = MEDIAN_CONFIDENCE) -> tuple[float, float]:
+    """Bounds on the median of what xs sample, whatever their distribution:
+    the k-th smallest and the k-th largest of xs, k the largest count with
+    P(Binomial(n, 1/2) < k) <= 1 - confidence, the chance that fewer than k
+    of n rounds fall below the true median.  Each bound holds with at least
+    ``confidence`` (both together with 2 * confidence - 1); with too few
+    rounds for that (3 at 0.90) they are the smallest and the largest.
+    Unlike the rounds' own quartiles, they close in as rounds are added
+    (about as 1/sqrt(n))."""
+    s = sorted(x for x in xs if math.isfinite(x))
+    n = len(s)
+    if not n:
+        return math.nan, math.nan
+    k, below = 0, 0.0
+    while k < n:
+        below += math.comb(n, k) / 2.0 ** n      # P(exactly k of n below)
+        if below > 1.0 - confidence:
+            break
+        k += 1
+    k = min(max(k, 1), (n + 1) // 2)
+    return s[k - 1], s[n - k]
 
 
 def quartiles(xs: Sequence[float]) -> tuple[float, float]:
@@ -542,17 +574,30 @@ class GoalVerdict:
     spread: str = "rounds"
     """What q1-q3 spans: the rounds, or for a figure over programs the
     programs resampled."""
+    lo: float = math.nan
+    hi: float = math.nan
+    """Bounds on the median (median_bounds of the rounds); NaN where the
+    figure has none (one over programs)."""
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the median's bounds put it on one side of the goal: more
+        rounds would very likely leave the verdict as it is."""
+        return math.isfinite(self.lo) and math.isfinite(self.hi) and \
+            (self.lo >= self.goal or self.hi < self.goal)
 
     @property
     def outcome(self) -> str:
         """ok: the median at or above the goal; miss: below it; unmeasured
-        where the rounds reach past the goal as far as the median is from it,
-        on both sides (the goal and its mirror image about the median both
-        inside the interquartile range), or there are too few of them."""
+        where there are too few rounds, or where the rounds reach past the
+        goal as far as the median is from it on both sides (the goal and its
+        mirror image about the median both inside the interquartile range)
+        and the median's bounds do not pin it to one side (see pinned)."""
         if self.rounds < MIN_ROUNDS or not math.isfinite(self.ratio):
             return UNMEASURED
         reach = max(abs(self.ratio - self.goal), SPREAD_FLOOR)
-        if self.ratio - self.q1 > reach and self.q3 - self.ratio > reach:
+        if self.ratio - self.q1 > reach and self.q3 - self.ratio > reach \
+                and not self.pinned:
             return UNMEASURED
         return OK if self.ratio >= self.goal else MISS
 
@@ -573,6 +618,7 @@ class GoalVerdict:
     def to_json(self) -> dict[str, Any]:
         return {"subject": self.subject, "reference": self.reference, "goal": self.goal,
                 "ratio": self.ratio, "q1": self.q1, "q3": self.q3, "rounds": self.rounds,
+                "median_bounds": [self.lo, self.hi] if math.isfinite(self.lo) else None,
                 "outcome": self.outcome}
 
 
@@ -582,4 +628,5 @@ def judge_rounds(ratios: Sequence[float], goal: float, subject: str = AUTO,
     xs = [x for x in ratios if math.isfinite(x)]
     ratio = statistics.median(xs) if xs else math.nan
     q1, q3 = quartiles(xs) if xs else (math.nan, math.nan)
-    return GoalVerdict(subject, reference, goal, ratio, q1, q3, len(xs))
+    lo, hi = median_bounds(xs)
+    return GoalVerdict(subject, reference, goal, ratio, q1, q3, len(xs), lo=lo, hi=hi)

@@ -265,7 +265,8 @@ def print_bench(data: dict[str, Any], cpu: CPU, out: TextIO) -> None:
             "1-4x the L3. Each "
             "is judged on its figure in every repeat: the median decides, and where the "
             "repeats spread past the goal as far as the median is from it, on both sides, "
-            "they cannot tell, and the verdict is 'unmeasured, retake'. The verdict names "
+            "and are too few to bound the median on one side of the goal, they cannot "
+            "tell, and the verdict is 'unmeasured, retake'. The verdict names "
             "the goal that decided it: one missed, else one unmeasured, else the nearest "
             "met.", out)
 

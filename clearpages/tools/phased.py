@@ -31,13 +31,19 @@ and judged by the package's one rule, ``measure.judge_rounds``.  A figure
 over many programs (their median, their 10th percentile) is taken round by
 round, then judged the same way.  A generated program whose verdict
 against a rival is in doubt after its rounds (``doubtful``: auto's or the
-twin's against numpy.fill or ctypes.memset not ok) is retaken at once:
-``RETAKE_ROUNDS`` rounds more, every candidate, and its verdicts are over
-all of them; the figures over programs keep every program's first rounds.
+twin's against numpy.fill or ctypes.memset not pinned to one side of the
+goal by the median's bounds, ok or not) is retaken at once:
+``RETAKE_ROUNDS`` rounds more, every candidate, again while it stays in
+doubt, up to ``RETAKE_MOST`` rounds in all; its verdicts are over all of
+them, and the figures over programs keep every program's first rounds.
+A verdict near the goal is retaken whichever side of it the median fell
+on: retaking only the misses would let noise turn some of them into
+passes and none of the passes into misses.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import functools
@@ -89,8 +95,12 @@ and the twin's against numpy.fill."""
 ROUNDS = 5
 QUICK_ROUNDS = 4
 RETAKE_ROUNDS = 4
-"""The rounds added to a generated program whose verdict against a rival
-is in doubt after its first rounds (see doubtful())."""
+"""The rounds added at a time to a generated program whose verdict against
+a rival is in doubt (see doubtful())."""
+RETAKE_MOST = 23
+"""The most rounds retakes bring a program to (from 3: five retakes of 4);
+there the median decides, pinned or not (the median's 90% bounds are then
+its 8th and 16th of 23 rounds)."""
 
 SHORT_PHASE_S = 0.01
 """Phases shorter than this are left out of the tables of where auto loses
@@ -613,14 +623,17 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
         progress: Callable[[int, int, str], None] | None = None,
         done: Callable[[list[ProgramResult]], None] | None = None,
         make: Callable[[str], Candidate] | None = None, retake: int = 0,
-        doubtful: Callable[[ProgramResult], bool] | None = None) -> list[ProgramResult]:
+        doubtful: Callable[[ProgramResult], bool] | None = None,
+        retake_most: int | None = None) -> list[ProgramResult]:
     """Every program, every candidate, ``rounds`` interleaved rounds, judged
     on ``clock`` (CPU or WALL).
     done(results so far) is called after each program (a long run keeps
     what it measured if it is stopped); make(name): the candidate of a name
     (default: ``candidate``).  A program that doubtful(its result) finds in
     doubt after its rounds runs ``retake`` rounds more, every candidate, at
-    once (its memory still in place), and is judged over all of them."""
+    once (its memory still in place), and again while doubtful finds it in
+    doubt and it has fewer than ``retake_most`` rounds (default: rounds +
+    retake, one retake); it is judged over all of them."""
     if not _measure.have_numpy():
         raise ValueError("the program benchmark needs numpy (its programs use it)")
     if clock not in CLOCKS:
@@ -655,15 +668,19 @@ def run(programs: Sequence[G.Program], names: Sequence[str], *, rounds: int = RO
                     if progress is not None:
                         progress(done_ms, total, "%s (%d/%d)" % (prog.name, i + 1,
                                                                  len(programs)))
-                if retake and doubtful is not None and doubtful(res):
-                    res.retaken = retake
-                    total += nominal[i] * retake    # the time left counts what is known
-                for r in range(rounds, rounds + res.retaken):
-                    _one_round(running, cands, r, clock, times, other)
-                    done_ms += nominal[i]
-                    if progress is not None:
-                        progress(done_ms, total, "%s (%d/%d), retaken: round %d of %d" % (
-                            prog.name, i + 1, len(programs), r - rounds + 1, res.retaken))
+                most = rounds + retake if retake_most is None else retake_most
+                while (retake and doubtful is not None and rounds + res.retaken < most
+                       and doubtful(res)):
+                    more = min(retake, most - rounds - res.retaken)
+                    res.retaken += more
+                    total += nominal[i] * more      # the time left counts what is known
+                    for r in range(rounds + res.retaken - more, rounds + res.retaken):
+                        _one_round(running, cands, r, clock, times, other)
+                        done_ms += nominal[i]
+                        if progress is not None:
+                            progress(done_ms, total, "%s (%d/%d), retaken: round %d of %d" % (
+                                prog.name, i + 1, len(programs), r - rounds + 1,
+                                res.retaken))
             finally:
                 running.close()
             res.wall_s = time.monotonic() - start
@@ -803,11 +820,16 @@ def goals(results: Sequence[ProgramResult], name: str = AUTO,
 def doubtful(result: ProgramResult) -> bool:
     """Whether a generated program's verdict against a rival is in doubt:
     auto's against numpy.fill or ctypes.memset, or the twin's against
-    numpy.fill (TWIN), not ok.  The twin is retaken by the rule that
-    retakes auto, so the noise line still tells what identical code scores
-    under the same procedure."""
-    return any(not result.judge(name, ref, GOAL_RIVAL).ok for name, ref in RIVAL_VERDICTS
-               if name in result.times and ref in result.times)
+    numpy.fill (TWIN), unmeasured or not pinned (the median's bounds hold
+    the goal), whether its median is above the goal or below.  The twin is
+    retaken by the rule that retakes auto, so the noise line still tells
+    what identical code scores under the same procedure."""
+    for name, ref in RIVAL_VERDICTS:
+        if name in result.times and ref in result.times:
+            v = result.judge(name, ref, GOAL_RIVAL)
+            if v.outcome == _measure.UNMEASURED or not v.pinned:
+                return True
+    return False
 
 
 def noise(results: Sequence[ProgramResult]) -> Goals | None:
@@ -1008,32 +1030,32 @@ def _goal_lines(g: Goals, out: Any) -> None:
 
 
 def _retake_lines(results: Sequence[ProgramResult], out: Any) -> None:
-    """Which programs the retake ran again, and what it did to their
+    """Which programs the retakes ran again, and what they did to their
     verdicts against the rivals."""
     retaken = [r for r in results if r.retaken]
     if not retaken:
         return
     print(file=out)
     first = retaken[0].rounds - retaken[0].retaken
+    ends = collections.Counter(r.rounds for r in retaken)
     _say("retaken: %d of %d programs, in doubt after their first %d rounds (a verdict "
-         "against numpy.fill or ctypes.memset not ok: auto's, or the twin's), ran %d "
-         "rounds more, every candidate, and are judged over all %d; the median and the "
-         "10th percentile over programs take every program's first %d rounds:" % (
-             len(retaken), len(results), first, retaken[0].retaken, retaken[0].rounds,
-             first), out)
+         "against numpy.fill or ctypes.memset, auto's or the twin's, whose median's "
+         "bounds hold the goal, on either side of it), ran rounds more, every candidate, "
+         "while in doubt, and are judged over all of them (%s); the median and the 10th "
+         "percentile over programs take every program's first %d rounds:" % (
+             len(retaken), len(results), first,
+             ", ".join("%d rounds: %d" % kv for kv in sorted(ends.items())), first), out)
     rows = []
     for name, ref in RIVAL_VERDICTS:
         if name not in results[0].times or ref not in results[0].times:
             continue
         before = [r.first().judge(name, ref, GOAL_RIVAL).outcome for r in retaken]
         after = [r.judge(name, ref, GOAL_RIVAL).outcome for r in retaken]
-        moved = [a for b, a in zip(before, after) if b != _measure.OK]
-        rows.append(["%s / %s" % (name, ref), str(before.count(_measure.MISS)),
-                     str(before.count(_measure.UNMEASURED))]
-                    + [str(moved.count(o)) for o in (_measure.OK, _measure.MISS,
-                                                     _measure.UNMEASURED)])
-    _table(["before the retake", "miss", "unmeasured", "after: ok", "miss", "unmeasured"],
-           rows, out)
+        rows.append(["%s / %s" % (name, ref)]
+                    + [str(before.count(o)) for o in _measure.OUTCOMES]
+                    + [str(after.count(o)) for o in _measure.OUTCOMES])
+    _table(["the retaken", "before: ok", "miss", "unmeasured", "after: ok", "miss",
+            "unmeasured"], rows, out)
 
 
 def report_generated(results: Sequence[ProgramResult], out: Any,

@@ -43,7 +43,8 @@ of the best candidate's block time over auto's block time in the same round
 interquartile range of those per-round ratios.  The verdict is the package's
 one rule (``measure.judge_rounds``): a median below the goal is a miss; a
 spread that reaches past the goal as far as the median is from it, on both
-sides, is "unmeasured, retake", never a pass.
+sides, is "unmeasured, retake", never a pass, until enough rounds bound the
+median itself on one side of the goal (``measure.median_bounds``).
 """
 
 from __future__ import annotations
@@ -507,9 +508,10 @@ def goal_rows(res: Result) -> tuple[list[str], list[list[str]], list[str]]:
         missed |= outcome == _measure.MISS and 64 * KiB <= c.size <= 4 * MiB
     if noisy:
         advice.append("?: unmeasured, retake: the rounds reach past the goal as far as "
-                      "their median is from it, on both sides (or there were fewer than "
-                      "%d), so they cannot tell; not a pass; rerun with more rounds "
-                      "(--repeat) on a quieter machine" % _measure.MIN_ROUNDS)
+                      "their median is from it, on both sides, and are too few to bound "
+                      "the median on one side (or there were fewer than %d), so they "
+                      "cannot tell; not a pass; rerun with more rounds (--repeat) on a "
+                      "quieter machine" % _measure.MIN_ROUNDS)
     if missed:
         advice.append("miss: the median of the rounds is below the goal; run "
                       "`python -m clearpages "
