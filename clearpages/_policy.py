@@ -78,7 +78,7 @@ class Thresholds:
     """The numbers ``auto`` decides by, each with where it came from."""
 
     vector_max: int
-    """Below this many bytes per piece: the C library's memset (vector stores)."""
+    """Up to this many bytes per piece: the C library's memset (vector stores)."""
     nt_min: int
     """At or above this many bytes in all: the streaming routine."""
     temporal: str
@@ -343,7 +343,8 @@ def default_thresholds(cpu: CPU, built: frozenset[str]) -> Thresholds:
         temporal = "rep_stosb"
         # glibc's rep_stosb_threshold, on AMD too (measured: docs/results.md).
         vector_max = GLIBC_REP_STOSB_THRESHOLD
-        why.append(("vector_max", "glibc's rep_stosb_threshold, 2 KiB"))
+        why.append(("vector_max", "glibc's rep_stosb_threshold, 2 KiB: its memset keeps "
+                    "to vector stores up to it, rep stosb above"))
         why.append(("temporal", "rep_stosb: ERMS%s makes it the fastest temporal store"
                     % ("/FSRM" if "fsrm" in cpu.features else "")))
         if long_rep_stosb(cpu) and cpu.last_cache:
@@ -590,8 +591,8 @@ ROUTE_REASONS: dict[Any, tuple[str, tuple[str, ...]]] = {
         "{what} is below the streaming threshold of {nt_min}, with no vector_max below it, "
         "so libc, the C library's memset", ("nt_min", "vector_max")),
     lib.CP_WHY_MEMSET: (
-        "{what} is below the vector_max of {vector_max}{a_piece}, so libc: memset's vector "
-        "stores start fastest", ("vector_max",)),
+        "{what} is at most the vector_max of {vector_max}{a_piece}, so libc: memset's "
+        "vector stores start fastest", ("vector_max",)),
     lib.CP_WHY_TEMPORAL: (
         "{what} is below the streaming threshold of {nt_min}, so {method} clears it with "
         "ordinary stores", ("nt_min", "temporal")),

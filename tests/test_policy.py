@@ -31,17 +31,19 @@ def test_intel_ice_lake_policy():
     assert th.nt_min == 16 * ICE.l2 == 20 * MiB     # 16 L2s, below half the 60 MiB L3
     assert th.long == "" and th.long_min == _policy.NEVER    # Intel: never rep stosb long
     assert plan_method(ICE, 0) == "libc"
-    assert plan_method(ICE, 2047) == "libc"
-    assert plan_method(ICE, 2048) == "rep_stosb"
+    assert plan_method(ICE, 2048) == "libc"         # as glibc: vector stores up to 2 KiB
+    assert plan_method(ICE, 2049) == "rep_stosb"
     assert plan_method(ICE, th.nt_min - 1) == "rep_stosb"
     assert plan_method(ICE, th.nt_min) == "avx512_nt"
     assert plan_method(ICE, 1 * GiB) == "avx512_nt"
     assert plan_method(ICE, 64 * GiB) == "avx512_nt"
     # Chosen from the total: 1 GiB of 4 KiB pages streams, 16 x 1 KiB is memset,
-    # 16 x 2 KiB rep stosb, 8192 x 4 KiB (32 MiB in all) streams.
+    # 16 x 2 KiB too (up to vector_max), 16 x 4 KiB rep stosb, 8192 x 4 KiB
+    # (32 MiB in all) streams.
     assert plan_method(ICE, 1 * GiB, 262144) == "avx512_nt"
     assert plan_method(ICE, 16 * KiB, 16) == "libc"
-    assert plan_method(ICE, 16 * 2 * KiB, 16) == "rep_stosb"
+    assert plan_method(ICE, 16 * 2 * KiB, 16) == "libc"
+    assert plan_method(ICE, 16 * 4 * KiB, 16) == "rep_stosb"
     assert plan_method(ICE, 1024 * 4 * KiB, 1024) == "rep_stosb"
     assert plan_method(ICE, 8192 * 4 * KiB, 8192) == "avx512_nt"
     for field in ("vector_max", "nt_min", "temporal", "streaming", "long", "long_min"):
@@ -251,7 +253,7 @@ def test_portable_build_is_memset_everywhere(c):
                          ids=["ice", "milan", "old", "nozmm", "zen3", "zen4", "emr"])
 def test_decisions_only_name_usable_routines(c):
     th = _policy.default_thresholds(c, ALL)
-    for n in [0, 1, 2047, 2048, 4096, 1 * MiB, 8 * MiB, 40 * MiB, 64 * MiB, 1 * GiB, 1 << 40]:
+    for n in [0, 1, 2047, 2048, 2049, 4096, 1 * MiB, 8 * MiB, 40 * MiB, 64 * MiB, 1 * GiB, 1 << 40]:
         for count in (1, 7, 4096):
             p = _policy.plan(c, th, n, count)
             assert _policy.usable(p.method, c, ALL), (n, count, p)
@@ -367,7 +369,7 @@ def _routine_by_rule(th, forced, n, count, threads):
     """The routing rule, stated here apart from csrc/core/policy.c so that a
     change to either shows: a forced routine always; streaming from nt_min
     in all (the long routine for pieces of long_min on one thread); memset
-    below vector_max a piece; the temporal routine between; memset for
+    up to vector_max a piece; the temporal routine between; memset for
     pieces under PIECE_FINE on average, whatever their total."""
     if forced is not None:
         return forced
@@ -376,7 +378,7 @@ def _routine_by_rule(th, forced, n, count, threads):
     if n >= th.nt_min:
         return th.long if th.long and threads == 1 and n // count >= th.long_min \
             else th.streaming
-    return "libc" if n // count < th.vector_max else th.temporal
+    return "libc" if n // count <= th.vector_max else th.temporal
 
 
 def _threads_by_rule(th, cores, n, threads, count=1):
@@ -408,7 +410,7 @@ def test_plan_follows_the_rules(config, env):
     th = st.thresholds
     edges = [th.vector_max, th.nt_min, th.thread_min, th.long_min, 2 * th.thread_min]
     sizes = {0, 1, 4096, 1 * MiB, 1 * GiB, 5 * GiB + 3} | {
-        e + d for e in edges for d in (-1, 0) if e < _policy.NEVER}
+        e + d for e in edges for d in (-1, 0, 1) if e < _policy.NEVER}
     for n in sorted(x for x in sizes if 0 <= x <= _config.MAX_SIZE):
         assert cp.plan(n) == cp.plan(n, count=1, threads=1)
         for count in (1, 3, 4096):

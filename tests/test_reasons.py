@@ -132,7 +132,8 @@ def _d(th, n, count=1, threads=1, method="auto", hot=None, forced=None, cpu=ZEN4
 def test_route_codes_name_the_rule_at_each_threshold():
     th = _policy.default_thresholds(ZEN4, ALL)
     assert _d(th, th.vector_max - 1).why == lib.CP_WHY_MEMSET
-    assert _d(th, th.vector_max).why == lib.CP_WHY_TEMPORAL
+    assert _d(th, th.vector_max).why == lib.CP_WHY_MEMSET
+    assert _d(th, th.vector_max + 1).why == lib.CP_WHY_TEMPORAL
     assert _d(th, th.nt_min - 1).why == lib.CP_WHY_TEMPORAL
     assert _d(th, th.nt_min).why == lib.CP_WHY_STREAMING
     assert _d(th, th.nt_min, method="rep_stosq").why == lib.CP_WHY_METHOD

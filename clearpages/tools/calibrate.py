@@ -234,7 +234,7 @@ def with_reasons(cpu: Any, default: Thresholds, th: Thresholds, data: Table,
     if th.vector_max != default.vector_max:
         at = temps[0] if temps else None
         why["vector_max"] = ("measured: %s scores above memset from %s (%s vs %s GB/s %s)"
-                             % (th.temporal, format_size(th.vector_max),
+                             % (th.temporal, format_size(at or th.vector_max),
                                 _at(data[at], th.temporal), _at(data[at], "libc"),
                                 _scen(data[at])) if at is not None and "libc" in
                              data[at][_measure.WARM] else "measured")

@@ -15,7 +15,8 @@ static int is_temporal(const struct cp_policy *p, int routine)
 /* The routine "auto" runs for nbytes in count pieces on threads threads,
  * and the rule that chose it (*why): streaming at or above nt_min (all
  * pieces together; the long routine instead for pieces of long_min or more
- * on one thread), memset below vector_max a piece, the temporal routine
+ * on one thread), memset up to vector_max a piece (as glibc's memset uses
+ * its vector stores up to its rep_stosb_threshold), the temporal routine
  * between; memset for pieces under CP_POLICY_PIECE_FINE on average, whatever
  * their total; a forced one always. */
 static int small_pieces(size_t nbytes, size_t count)
@@ -40,7 +41,7 @@ static int route(const struct cp_policy *p, size_t nbytes, size_t count, int thr
         int long_ = p->long_routine >= 0 && threads == 1 && nbytes / count >= p->long_min;
         r = long_ ? p->long_routine : p->streaming;
         *why = long_ ? CP_WHY_LONG : CP_WHY_STREAMING;
-    } else if (nbytes / count < p->vector_max) {
+    } else if (nbytes / count <= p->vector_max) {
         r = p->memset;
         *why = p->vector_max >= p->nt_min ? CP_WHY_MEMSET_BELOW_NT : CP_WHY_MEMSET;
     } else {

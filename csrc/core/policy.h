@@ -42,8 +42,8 @@ enum {
 };
 
 struct cp_policy {
-    int memset;                 /* the memset role: below vector_max a piece (libc) */
-    int temporal;               /* from vector_max to nt_min: ordinary stores */
+    int memset;                 /* the memset role: up to vector_max a piece (libc) */
+    int temporal;               /* above vector_max, below nt_min: ordinary stores */
     int streaming;              /* from nt_min in all: non-temporal stores */
     int long_routine;           /* from long_min a piece on one thread above nt_min */
     int forced;                 /* CLEARPAGES_METHOD, for every size */
@@ -73,9 +73,9 @@ enum {
     CP_WHY_ONE_ROUTINE,         /* memset, temporal and streaming are one routine */
     CP_WHY_LONG,                /* from nt_min, long_min a piece on one thread */
     CP_WHY_STREAMING,           /* from nt_min in all */
-    CP_WHY_MEMSET,              /* below vector_max a piece */
+    CP_WHY_MEMSET,              /* up to vector_max a piece */
     CP_WHY_MEMSET_BELOW_NT,     /* below nt_min, with vector_max no lower */
-    CP_WHY_TEMPORAL,            /* from vector_max a piece up to nt_min */
+    CP_WHY_TEMPORAL,            /* above vector_max a piece, below nt_min */
     CP_WHY_NOT_SOON,            /* hot=False: the streaming routine over all of it */
     CP_WHY_HOT,                 /* a hot part: the rest streams, the hot part is
                                    cleared last with ordinary stores */
@@ -176,11 +176,11 @@ static inline int cp_policy_looks_untouched(const struct cp_policy *p, size_t nb
 
 /* The routine of one of the learner's roles (CP_ADAPT_TEMPORAL,
  * CP_ADAPT_STREAMING) for nbytes: what the static policy runs below
- * vector_max, else the temporal routine; the streaming one. */
+ * vector_max and below, else the temporal routine; the streaming one. */
 static inline int cp_policy_role(const struct cp_policy *p, size_t nbytes, int role)
 {
     return role == CP_ADAPT_STREAMING ? p->streaming
-           : nbytes < p->vector_max ? p->memset : p->temporal;
+           : nbytes <= p->vector_max ? p->memset : p->temporal;
 }
 
 /* The unit of work on one thread: the configured one, a page at least. */
