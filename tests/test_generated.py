@@ -264,6 +264,48 @@ def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_pinned()
                                             auto=near * 8)))
 
 
+def test_a_case_in_doubt_is_one_whose_phase_cell_is_not_pinned():
+    # auto as fast as the phase's best in every round: pinned, ok
+    even = {"auto": [[1.0, 1.0]] * 5, "a": [[1.0, 1.0]] * 5}
+    assert not phased.cells_doubtful(_result(even))
+    # phase 1 at 0.89 of the best in 3 rounds, 1.00 in 2: a miss by its
+    # median whose bounds hold the goal (0.90), in doubt
+    near = dict(even, auto=[[1.0, 1.0 / 0.89]] * 3 + [[1.0, 1.0]] * 2)
+    v = _result(near).judge_phase("auto", 1)
+    assert v.outcome == measure.MISS and not v.pinned
+    assert phased.cells_doubtful(_result(near))
+    # ... and its mirror, 1.00 in 3 rounds and 0.89 in 2: ok, in doubt all the same
+    mirror = dict(even, auto=[[1.0, 1.0]] * 3 + [[1.0, 1.0 / 0.89]] * 2)
+    assert _result(mirror).judge_phase("auto", 1).outcome == measure.OK
+    assert phased.cells_doubtful(_result(mirror))
+    # at 0.8 in every round: a miss the rounds pin, decided
+    far = dict(even, auto=[[1.0, 1.25]] * 5)
+    assert _result(far).judge_phase("auto", 1).pinned
+    assert not phased.cells_doubtful(_result(far))
+
+
+def test_the_cases_are_retaken_as_generated_programs_are(monkeypatch, capsys):
+    seen = {}
+
+    def run(programs, names, **kw):
+        seen.update(kw, programs=programs)
+        return []
+    monkeypatch.setattr(phased, "run", run)
+    assert main(["bench", "--programs", "--cases", "--sizes", "16K", "--retake", "2",
+                 "--quiet"]) == 0
+    assert "--cases" in capsys.readouterr().out
+    assert seen["retake"] == 2 and seen["retake_most"] == phased.RETAKE_MOST
+    # a case (no seed) is judged by its cells, a generated program by its rivals
+    case = seen["programs"][0]
+    assert case.seed is None
+    even = {"auto": [[1.0] * len(case.phases)] * 5, "a": [[1.0] * len(case.phases)] * 5}
+    res = phased.ProgramResult(case, even, ["a"])
+    assert seen["doubtful"](res) is False
+    res = phased.ProgramResult(case, dict(even, auto=[[1.0] * len(case.phases)] * 3
+                                          + [[1.12] * len(case.phases)] * 2), ["a"])
+    assert seen["doubtful"](res) is True
+
+
 def test_a_retake_adds_rounds_to_the_programs_in_doubt():
     pytest.importorskip("numpy")            # the program benchmark's programs use it
     progs = [G.Program("p%d" % i, (8192,), (G.Phase(G.ONE, 3, (0,)),)) for i in range(2)]
@@ -432,7 +474,6 @@ def test_the_seed_is_drawn_and_printed(capsys):
     ["bench", "--programs", "--generated", "2", "--seed", "-1"],
     ["bench", "--programs", "--generated", "2", "--methods", "libc"],
     ["bench", "--programs", "--retake", "2"],
-    ["bench", "--programs", "--cases", "--retake", "2"],
     ["bench", "--retake", "2"],
     ["bench", "--programs", "--generated", "2", "--retake", "-1"],
     ["bench", "--resume", "run.json"],

@@ -454,8 +454,8 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         return _bench_resumed(args, sizes, out)
     if args.seed is not None and args.generated is None:
         raise UsageError("--seed is the seed of --generated N")
-    if args.retake is not None and args.generated is None:
-        raise UsageError("--retake retakes programs of --generated N")
+    if args.retake is not None and args.generated is None and not args.cases:
+        raise UsageError("--retake retakes programs of --generated N or --cases")
     cpu = _core.cpu()
     l3 = cpu.last_cache or generated.DEFAULT_L3
     pool = _measure.cold_pool_size()
@@ -481,14 +481,12 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
     if sizes:
         command += " --sizes %s" % ",".join(str(n) for n in sizes)
     command += " --rounds %d%s" % (rounds, " --quick" if args.quick else "")
-    if args.generated:
-        command += " --retake %d" % retake
+    command += " --retake %d" % retake
     if args.clock != _phased.CPU:
         command += " --clock %s" % args.clock
     settings = {"command": command, "seed": seed if args.generated else None,
-                "rounds": rounds, "retake": retake if args.generated else 0,
-                "retake_most": max(_phased.RETAKE_MOST, rounds + retake)
-                if args.generated and retake else rounds,
+                "rounds": rounds, "retake": retake,
+                "retake_most": max(_phased.RETAKE_MOST, rounds + retake) if retake else rounds,
                 "candidates": names, "cold_pool": pool, "clock": args.clock}
     if args.generated and not args.cases:
         # what --resume needs to draw the same programs again and to check
@@ -539,7 +537,8 @@ def _run_phased(args: argparse.Namespace, programs: list[Any], settings: dict[st
             programs, names, rounds=rounds, progress=progress, done=keep,
             clock=settings["clock"], retake=retake,
             retake_most=settings.get("retake_most", rounds + retake),
-            doubtful=lambda r: r.program.seed is not None and _phased.doubtful(r))
+            doubtful=lambda r: _phased.doubtful(r) if r.program.seed is not None
+            else _phased.cells_doubtful(r))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -810,8 +809,8 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "its rounds (the median's bounds hold the goal, whichever side of it "
                         "the median is on) runs K rounds more, every candidate, and again "
                         "while in doubt, up to %d rounds in all; it is judged over all of "
-                        "them (default %d; 0: none)" % (_phased.RETAKE_MOST,
-                                                        _phased.RETAKE_ROUNDS))
+                        "them; with --cases, a case whose phase cell is in doubt, alike "
+                        "(default %d; 0: none)" % (_phased.RETAKE_MOST, _phased.RETAKE_ROUNDS))
     b.add_argument("--resume", metavar="FILE",
                    help="with --programs: go on with the --generated run whose --json FILE "
                         "was being written when it stopped: the programs it finished are "

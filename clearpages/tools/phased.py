@@ -832,6 +832,19 @@ def doubtful(result: ProgramResult) -> bool:
     return False
 
 
+def cells_doubtful(result: ProgramResult) -> bool:
+    """Whether a hand-written case is in doubt: a phase cell's verdict (auto
+    against the phase's best fixed choice, judge_phase) unmeasured or not
+    pinned, whichever side of its goal the median is on: retaken as a
+    generated program is (doubtful), so that a cell's verdict is its
+    median's, not its first rounds' noise."""
+    for k in range(len(result.program.phases)):
+        v = result.judge_phase(AUTO, k)
+        if v.outcome == _measure.UNMEASURED or not v.pinned:
+            return True
+    return False
+
+
 def noise(results: Sequence[ProgramResult]) -> Goals | None:
     """What this run's noise alone does to the goals: the twin (TWIN)
     judged against numpy.fill, which runs identical code, by the rules auto
@@ -1013,6 +1026,12 @@ def report_cases(results: Sequence[ProgramResult], out: Any) -> dict[str, int]:
     print(file=out)
     _say("cells: %d ok, %d miss, %d unmeasured (retake)" % (
         counts[_measure.OK], counts[_measure.MISS], counts[_measure.UNMEASURED]), out)
+    retaken = [r for r in results if r.retaken]
+    if retaken:
+        _say("retaken (a cell's median not pinned to one side of its goal by its bounds "
+             "after the first rounds): %s; the cells above are judged over all their "
+             "rounds" % ", ".join("%s (%d rounds)" % (r.program.name, r.rounds)
+                                  for r in retaken), out)
     for m in misses:
         _say(m, out, indent="  ", hang="    ")
     return counts
