@@ -262,6 +262,11 @@ def test_a_program_in_doubt_is_one_whose_verdict_against_a_rival_is_not_pinned()
     # the same spread over many rounds pins the median: no longer in doubt
     assert not phased.doubtful(_result(dict({k: v * 8 for k, v in even.items()},
                                             auto=near * 8)))
+    # the twin, which judges nothing, is retaken only below the goal: the
+    # same rounds as auto's above are no doubt of its
+    twin = _result(dict(even, **{phased.TWIN: near}))
+    assert not twin.judge(phased.TWIN, "numpy.fill", phased.GOAL_RIVAL).pinned
+    assert not phased.doubtful(twin)
 
 
 def test_a_case_in_doubt_is_one_whose_phase_cell_is_not_pinned():
