@@ -805,9 +805,9 @@ def parser(prog: str = "python -m clearpages") -> argparse.ArgumentParser:
                         "printed, so that the run can be replayed)")
     b.add_argument("--retake", type=_seed_arg, metavar="K",
                    help="with --generated: a program whose verdict against numpy.fill or "
-                        "ctypes.memset (auto's, or numpy.fill's own twin's) is in doubt after "
-                        "its rounds (the median's bounds hold the goal, whichever side of it "
-                        "the median is on) runs K rounds more, every candidate, and again "
+                        "ctypes.memset is in doubt after its rounds (the median's bounds hold "
+                        "the goal: auto's whichever side of it the median is on, numpy.fill's "
+                        "own twin's below it) runs K rounds more, every candidate, and again "
                         "while in doubt, up to %d rounds in all; it is judged over all of "
                         "them; with --cases, a case whose phase cell is in doubt, alike "
                         "(default %d; 0: none)" % (_phased.RETAKE_MOST, _phased.RETAKE_ROUNDS))
