@@ -75,7 +75,7 @@ def only(a: argparse.Namespace) -> int:
     retake = phased.RETAKE_ROUNDS if a.retake is None else a.retake
     results = phased.run(programs, phased.candidate_names(quick=a.quick), rounds=rounds,
                          retake=retake, doubtful=phased.doubtful,
-                         retake_most=max(phased.RETAKE_MOST, rounds + retake))
+                         retake_most=phased.retake_most(rounds, retake))
     phased.report_generated(results, sys.stdout)
     return 0
 
@@ -101,7 +101,9 @@ def test_generated_programs(benchmark: Any) -> None:
     def run() -> None:
         out[:] = phased.run(programs, phased.candidate_names(quick=True),
                             rounds=phased.QUICK_ROUNDS, retake=phased.RETAKE_ROUNDS,
-                            doubtful=phased.doubtful, retake_most=phased.RETAKE_MOST)
+                            doubtful=phased.doubtful,
+                            retake_most=phased.retake_most(phased.QUICK_ROUNDS,
+                                                           phased.RETAKE_ROUNDS))
     benchmark.pedantic(run, rounds=1, iterations=1)
     g = phased.goals(out)
     benchmark.extra_info["seed"] = seed

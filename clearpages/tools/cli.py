@@ -486,7 +486,7 @@ def _bench_phased(args: argparse.Namespace, sizes: list[int] | None, out: TextIO
         command += " --clock %s" % args.clock
     settings = {"command": command, "seed": seed if args.generated else None,
                 "rounds": rounds, "retake": retake,
-                "retake_most": max(_phased.RETAKE_MOST, rounds + retake) if retake else rounds,
+                "retake_most": _phased.retake_most(rounds, retake),
                 "candidates": names, "cold_pool": pool, "clock": args.clock}
     if args.generated and not args.cases:
         # what --resume needs to draw the same programs again and to check

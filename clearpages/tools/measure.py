@@ -587,6 +587,11 @@ class GoalVerdict:
             (self.lo >= self.goal or self.hi < self.goal)
 
     @property
+    def in_doubt(self) -> bool:
+        """Unmeasured, or not pinned: more rounds could turn the verdict."""
+        return self.outcome == UNMEASURED or not self.pinned
+
+    @property
     def outcome(self) -> str:
         """ok: the median at or above the goal; miss: below it; unmeasured
         where there are too few rounds, or where the rounds reach past the

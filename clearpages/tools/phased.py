@@ -102,6 +102,13 @@ RETAKE_MOST = 23
 there the median decides, pinned or not (the median's 90% bounds are then
 its 8th and 16th of 23 rounds)."""
 
+
+def retake_most(rounds: int, retake: int) -> int:
+    """The rounds a run of ``rounds`` rounds retakes ``retake`` at a time
+    may bring a program to: RETAKE_MOST, or one retake where the rounds
+    alone come near it; ``rounds`` where nothing is retaken."""
+    return max(RETAKE_MOST, rounds + retake) if retake else rounds
+
 SHORT_PHASE_S = 0.01
 """Phases shorter than this are left out of the tables of where auto loses
 (kept in the JSON): a scheduler's tick or another process's burst is as
@@ -831,8 +838,7 @@ def doubtful(result: ProgramResult) -> bool:
     for name, ref in RIVAL_VERDICTS:
         if name in result.times and ref in result.times:
             v = result.judge(name, ref, GOAL_RIVAL)
-            if v.outcome == _measure.UNMEASURED or (
-                    not v.pinned and (name != TWIN or v.outcome != _measure.OK)):
+            if v.in_doubt and (name != TWIN or not v.ok):
                 return True
     return False
 
@@ -843,11 +849,8 @@ def cells_doubtful(result: ProgramResult) -> bool:
     pinned, whichever side of its goal the median is on: retaken as a
     generated program is (doubtful), so that a cell's verdict is its
     median's, not its first rounds' noise."""
-    for k in range(len(result.program.phases)):
-        v = result.judge_phase(AUTO, k)
-        if v.outcome == _measure.UNMEASURED or not v.pinned:
-            return True
-    return False
+    return any(result.judge_phase(AUTO, k).in_doubt
+               for k in range(len(result.program.phases)))
 
 
 def noise(results: Sequence[ProgramResult]) -> Goals | None:

@@ -41,7 +41,7 @@ static int route(const struct cp_policy *p, size_t nbytes, size_t count, int thr
         int long_ = p->long_routine >= 0 && threads == 1 && nbytes / count >= p->long_min;
         r = long_ ? p->long_routine : p->streaming;
         *why = long_ ? CP_WHY_LONG : CP_WHY_STREAMING;
-    } else if (nbytes / count <= p->vector_max) {
+    } else if (cp_policy_memset_piece(p, nbytes / count)) {
         r = p->memset;
         *why = p->vector_max >= p->nt_min ? CP_WHY_MEMSET_BELOW_NT : CP_WHY_MEMSET;
     } else {

@@ -174,13 +174,20 @@ static inline int cp_policy_looks_untouched(const struct cp_policy *p, size_t nb
     return p->untouched_min && nbytes >= p->untouched_min;
 }
 
+/* Whether a piece of piece bytes goes to memset: up to vector_max, as
+ * glibc's memset keeps to vector stores up to its rep_stosb_threshold. */
+static inline int cp_policy_memset_piece(const struct cp_policy *p, size_t piece)
+{
+    return piece <= p->vector_max;
+}
+
 /* The routine of one of the learner's roles (CP_ADAPT_TEMPORAL,
  * CP_ADAPT_STREAMING) for nbytes: what the static policy runs below
  * vector_max and below, else the temporal routine; the streaming one. */
 static inline int cp_policy_role(const struct cp_policy *p, size_t nbytes, int role)
 {
     return role == CP_ADAPT_STREAMING ? p->streaming
-           : nbytes <= p->vector_max ? p->memset : p->temporal;
+           : cp_policy_memset_piece(p, nbytes) ? p->memset : p->temporal;
 }
 
 /* The unit of work on one thread: the configured one, a page at least. */

@@ -468,8 +468,9 @@ static void fine_fence(void)
 
 /* Clear extents one by one with the routine decided (d->routine), by
  * walk(ctx, visit, fine) (n extents at most) or, walk NULL, from the list
- * (addrs, lens, n): total bytes in all.  The GIL is let go for a total of gil_min or more;
- * signals are looked at each slice.  0, or -1 with an error set. */
+ * (addrs, lens, n): total bytes in all.  The GIL is let go for a total of
+ * gil_min or more; signals are looked at each slice.  0, or -1 with an
+ * error set. */
 typedef int (*fine_walk)(void *ctx, strided_visit visit, void *fine);
 
 static int clear_fine(fine_walk walk, void *ctx, char **addrs, size_t *lens, size_t n,
