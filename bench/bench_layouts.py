@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
          lambda: np.ones((256, 1024), np.uint8)[:, :512], 8),
         ("1024x2048 uint8, the first 1 KiB of each row",
          lambda: np.ones((1024, 2048), np.uint8)[:, :1024], 64),
+        ("512x4096 uint8, the first 2 KiB of each row",
+         lambda: np.ones((512, 4096), np.uint8)[:, :2048], 64),
         ("256x8192 uint8, the first 4 KiB of each row",
          lambda: np.ones((256, 8192), np.uint8)[:, :4096], 64),
         ("64x32768 uint8, the first 16 KiB of each row",
