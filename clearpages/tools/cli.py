@@ -518,9 +518,10 @@ def _run_phased(args: argparse.Namespace, programs: list[Any], settings: dict[st
         _output.say("resumed: %d programs kept from %s, %d to run" % (
             len(before), args.json, len(programs)), table_out)
     _output.say("%d programs x %d candidates x %d rounds, about %s at the programs' nominal "
-                "pace (the progress line corrects it as it runs); phases timed by %s" % (
+                "pace%s (the progress line corrects it as it runs); phases timed by %s" % (
                     len(programs), len(names), rounds,
                     _output.duration(nominal * _phased.PACE_GUESS),
+                    ", and more where a retake adds rounds" if retake else "",
                     "their thread's CPU time" if settings["clock"] == _phased.CPU
                     else "the elapsed time"), table_out)
     table_out.flush()
