@@ -87,7 +87,8 @@ class PoolCore:
     def _stats(self) -> dict[str, int]: ...
     def _open(self, block_size: int, page_size: int, kind: int, huge_shift: int,
               max_blocks: int, grow_blocks: int, low_water: int, max_rate: int, step: int,
-              protect: int, debug: int, block_type: type[BlockMemory], /) -> int: ...
+              protect: int, debug: int, block_type: type[BlockMemory], reuse: int,
+              /) -> int: ...
 
 class BlockMemory:
     """One block of a pool, itself a writable buffer."""

@@ -124,6 +124,9 @@ class _Lib:
     CP_INJECT_ADAPT_HOLD: int
     CP_INJECT_POOL_THREAD: int
     CP_INJECT_POOL_GROW: int
+    CP_POOL_REUSE_AUTO: int
+    CP_POOL_REUSE_COLD: int
+    CP_POOL_REUSE_HOT: int
     CP_POOL_READY_ONLY: int
     CP_POOL_PREPARE: int
     CP_POOL_WAIT: int

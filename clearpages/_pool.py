@@ -50,6 +50,10 @@ GROW_BYTES = 64 * MiB
 #: close, and at a caller waiting).
 STEP = 1 * MiB
 
+#: reuse=: where a block given back is zeroed (core/pool.c, "reuse").
+REUSE = {"auto": lib.CP_POOL_REUSE_AUTO, "cold": lib.CP_POOL_REUSE_COLD,
+         "hot": lib.CP_POOL_REUSE_HOT}
+
 
 def _is_int(v: Any) -> bool:
     return _units.as_int(v) is not None
@@ -132,6 +136,15 @@ class PoolStats:
     grows: int                   #: times the pool mapped more memory
     trimmed_bytes: int           #: handed back to the kernel by trim()
     checked: int                 #: blocks read back before leaving (debug)
+    release_zeroed_bytes: int    #: zeroed at their release, for the next acquire (reuse)
+    release_zero_seconds: float  #: the releasers' time spent on that
+    reuse_trials: int            #: trials of the two ways of reuse="auto"
+    #: reuse="auto" may zero these blocks at their release (below the
+    #: streaming threshold and up to hot_max)
+    reuse_tried: bool
+    #: where a block given back is zeroed now: "hot" (at once, by the
+    #: releaser, and handed out next) or "cold" (by the thread)
+    reusing: str
     closed: bool
     forked: bool                 #: this process is a forked child of the pool's
     error: str | None            #: the thread's last failure (faulting in, growing)
@@ -186,7 +199,8 @@ class Block(BlockMemory):
 
 
 class Pool(PoolCore):
-    """``Pool(block_size, *, capacity=None, page_size="auto", max_rate=None)``:
+    """``Pool(block_size, *, capacity=None, page_size="auto", max_rate=None,
+    reuse="auto")``:
     memory cut into blocks that a native thread zeroes off the critical path.
 
     block_size: bytes (an int or a string such as "2M"), rounded up to whole
@@ -208,6 +222,22 @@ class Pool(PoolCore):
     by one, up to 64 MiB of blocks and never past the capacity, and each
     second without such an acquire halves the rise (``stats().ready_target``).
 
+    reuse: where a block given back is zeroed.  "cold": by the thread, with
+    streaming stores (the program's own data stays in the cache; the next
+    acquire takes whatever block is ready, out of the cache).  "hot": at
+    once, by release() (or the array's free), with ordinary stores while
+    the lines the program wrote are still in the cache, and handed out by
+    the next acquire: that pays where the program writes most of each block
+    and takes the next soon (as glibc's heap recycles a freed chunk for the
+    next calloc), and costs release() the zeroing.  "auto" (default): cold,
+    with short trials of hot from time to time that time the program's
+    cycles (acquire to release, and the zeroing at release); hot where it
+    wins, for blocks below the streaming threshold (``thresholds().nt_min``)
+    and up to ``thresholds().hot_max``: what the cache keeps for the
+    program (a larger block always waits for the thread).  Until the pool
+    has timed one streaming zero, blocks given back wait for the thread.
+    ``stats().reusing`` says which holds now.
+
     fork: what a forked child sees (the child has no pool thread and its
     copy of the Pool hands out nothing): "keep" (default: blocks it holds
     stay usable copies), "wipe" (they read as zeros) or "drop" (nothing is
@@ -224,7 +254,8 @@ class Pool(PoolCore):
 
     def __init__(self, block_size: int | str, *, capacity: int | str | None = None,
                  page_size: str | int = "auto", max_rate: int | str | float | None = None,
-                 low_water: int = 1, fork: str = "keep", debug: bool | None = None) -> None:
+                 low_water: int = 1, fork: str = "keep", debug: bool | None = None,
+                 reuse: str = "auto") -> None:
         size = _size_arg(block_size, "block_size")
         if not (isinstance(page_size, str) or _is_int(page_size)):
             raise TypeError("page_size takes '4k', '2m', '1g' or 'auto' (or the bytes: "
@@ -248,6 +279,13 @@ class Pool(PoolCore):
             raise ValueError("fork must be 'keep' (a child's blocks are copies), 'wipe' "
                              "(they read as zeros) or 'drop' (nothing mapped in a child), "
                              "not %r" % (fork,))
+        if not isinstance(reuse, str):
+            raise TypeError("reuse takes 'auto', 'hot' or 'cold', not %s"
+                            % type(reuse).__name__)
+        if reuse not in REUSE:
+            raise ValueError("reuse must be 'auto' (the pool times which pays), 'hot' (a "
+                             "block given back is zeroed at once, in the cache, and handed "
+                             "out next) or 'cold' (the thread zeroes it), not %r" % (reuse,))
         if debug is None:
             debug = _dispatch.state().config.pool_debug
         elif not isinstance(debug, bool):
@@ -264,9 +302,9 @@ class Pool(PoolCore):
         #: What the pool was made with.
         self.page_size_name, self.page_size, self.fork = name, page, fork
         self.capacity, self.max_rate, self.low_water = cap, rate, low
-        self.debug = debug
+        self.debug, self.reuse = debug, reuse
         err = self._open(size, page, kind, page.bit_length() - 1, max_blocks, grow, low, rate,
-                         min(STEP, size), protect, int(debug), Block)
+                         min(STEP, size), protect, int(debug), Block, REUSE[reuse])
         if err:
             raise OSError(err, "cannot start the pool's thread: %s" % os.strerror(err))
 
@@ -347,8 +385,11 @@ class Pool(PoolCore):
             paced_seconds=s["paced_ns"] * ns, caller_zeroed_bytes=s["caller_zeroed_bytes"],
             populated_bytes=s["populated_bytes"], grows=s["grows"],
             trimmed_bytes=s["trimmed_bytes"], checked=s["checked"],
-            closed=bool(s["closed"]), forked=bool(s["forked"]),
-            error=os.strerror(s["error"]) if s["error"] else None)
+            release_zeroed_bytes=s["release_zeroed_bytes"],
+            release_zero_seconds=s["release_zero_ns"] * ns, reuse_trials=s["reuse_trials"],
+            reuse_tried=bool(s["reuse_tried"]),
+            reusing="hot" if s["reuse_hot"] else "cold", closed=bool(s["closed"]),
+            forked=bool(s["forked"]), error=os.strerror(s["error"]) if s["error"] else None)
 
     def set_pace(self, *, max_rate: int | str | float | None = None,
                  low_water: int | None = None) -> None:
@@ -385,9 +426,26 @@ class Pool(PoolCore):
                 "routine for memory not used soon), flat out while fewer than %d %s "
                 "ready%s or a caller waits, %s otherwise; fresh blocks are faulted in by "
                 "the thread one at a time (MADV_POPULATE_WRITE) while fewer than %d %s ready"
+                "; %s"
                 % (_fmt_size(self.block_size), self.page_size_name, cap, self.routine,
                    low, "is" if low == 1 else "are", rise, _rate_text(self.max_rate),
-                   low, "is" if low == 1 else "are"))
+                   low, "is" if low == 1 else "are", self._reuse_text()))
+
+    def _reuse_text(self) -> str:
+        if self.reuse == "cold":
+            return "a block given back waits for the thread (reuse='cold')"
+        if self.reuse == "hot":
+            return ("a block given back is zeroed at once by release(), with ordinary "
+                    "stores, and handed out next (reuse='hot')")
+        if not self._stats()["reuse_tried"]:
+            return ("a block given back waits for the thread: reuse='auto' zeroes a block "
+                    "at its release only where a plain clear of it takes ordinary stores "
+                    "(below the streaming threshold, no routine forced) and the cache can "
+                    "keep it (up to hot_max)")
+        return ("a block given back waits for the thread, or is zeroed at once by "
+                "release(), with ordinary stores, and handed out next, whichever short "
+                "trials from time to time find the program's cycles faster with (now: "
+                "%s)" % ("at once" if self._stats()["reuse_hot"] else "the thread"))
 
     @property
     def closed(self) -> bool:

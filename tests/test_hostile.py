@@ -542,7 +542,8 @@ _POOL_FORK = r"""
 import os, sys, time
 import clearpages as cp
 fork = sys.argv[1]
-pool = cp.Pool("1M", page_size="4k", capacity="64M", fork=fork, max_rate="64M", low_water=0)
+pool = cp.Pool("1M", page_size="4k", capacity="64M", fork=fork, max_rate="64M", low_water=0,
+               reuse="cold")       # the blocks given back are the thread's to zero
 kept = pool.acquire()
 memoryview(kept)[:5] = b"hello"
 busy = [pool.acquire() for _ in range(8)]
@@ -596,7 +597,8 @@ _POOL_EXIT = r"""
 import os, sys
 import clearpages as cp
 how = sys.argv[1]
-pool = cp.Pool("8M", page_size="4k", max_rate="16M", low_water=0)
+# reuse="cold": every block given back is the thread's to zero
+pool = cp.Pool("8M", page_size="4k", max_rate="16M", low_water=0, reuse="cold")
 blocks = [pool.acquire() for _ in range(16)]
 for b in blocks:
     memoryview(b)[:] = b"\x05" * len(b)

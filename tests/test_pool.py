@@ -288,14 +288,16 @@ def test_block_cannot_be_made_or_pickled(pool):
 # ---- never a block that is not zero -------------------------------------------
 
 
-@pytest.mark.parametrize("debug", [False, True])
-def test_every_block_reads_zero_while_releases_race(debug):
+@pytest.mark.parametrize("debug, reuse", [(False, "auto"), (True, "auto"), (False, "hot"),
+                                          (False, "cold")])
+def test_every_block_reads_zero_while_releases_race(debug, reuse):
     """10,000 blocks handed out, each checked, while three threads acquire,
     scribble over and release blocks of the same small pool, so that blocks
-    go round between the program, the thread and callers zeroing them."""
+    go round between the program, the thread, callers zeroing them and
+    releases zeroing them (reuse)."""
     np = pytest.importorskip("numpy")
     total, workers = 10_000, 3
-    with cp.Pool("16K", page_size="4k", capacity="256K", debug=debug) as pool:
+    with cp.Pool("16K", page_size="4k", capacity="256K", debug=debug, reuse=reuse) as pool:
         done = threading.Event()
         errors = []
 
@@ -369,6 +371,122 @@ def test_callers_zero_when_the_thread_may_not():
         st = pool.stats()
         assert st.caller_zeroed_bytes == 64 * KiB and st.acquires_waited == 2
         blk.release()
+
+
+# ---- reuse: where a block given back is zeroed ----------------------------------
+
+
+def _tried(size):
+    """Whether reuse='auto' tries hot for blocks of size on this machine
+    (below the streaming threshold and up to hot_max), as the pool says."""
+    with cp.Pool(size, page_size="4k", capacity=size) as pool:
+        tried = pool.stats().reuse_tried
+    th = cp.thresholds()
+    assert tried == (size < th.nt_min and size <= th.hot_max)
+    return tried
+
+
+def test_reuse_hot_zeroes_a_block_at_its_release_and_hands_it_out_next():
+    with cp.Pool("64K", page_size="4k", capacity="256K", reuse="hot") as pool:
+        assert pool.reuse == "hot" and pool.stats().reusing == "hot"
+        assert "zeroed at once by release()" in pool.describe()
+        blk = pool.acquire()
+        addr = blk.address
+        _fill(blk)
+        blk.release()
+        st = pool.stats()
+        assert st.release_zeroed_bytes == 64 * KiB and st.release_zero_seconds > 0
+        assert st.dirty == 0 and st.ready >= 1 and st.reuse_trials == 0
+        again = pool.acquire_nowait()
+        assert again is not None and again.address == addr and cp.is_zero(again)
+        again.release()
+
+
+def test_reuse_cold_leaves_every_block_to_the_thread():
+    with cp.Pool("64K", page_size="4k", capacity="64K", max_rate=0, low_water=0,
+                 reuse="cold") as pool:
+        assert pool.stats().reusing == "cold"
+        assert "waits for the thread (reuse='cold')" in pool.describe()
+        for _ in range(40):
+            blk = pool.acquire()
+            assert cp.is_zero(blk)
+            _fill(blk)
+            blk.release()
+            assert pool.stats().dirty == 1
+        st = pool.stats()
+        assert st.release_zeroed_bytes == 0 and st.reuse_trials == 0
+        assert st.caller_zeroed_bytes == 39 * 64 * KiB
+
+
+def test_reuse_auto_goes_hot_once_a_streaming_zero_is_measured():
+    """The first block given back waits for a streaming zero (here the
+    caller's, the thread zeroing nothing at max_rate 0), the reference a
+    hot zero is judged by; blocks after it are zeroed at their release."""
+    if not _tried(64 * KiB):
+        pytest.skip("this machine's thresholds leave 64 KiB blocks out of reuse='auto' "
+                    "(nt_min %d, hot_max %d)" % (cp.thresholds().nt_min,
+                                                  cp.thresholds().hot_max))
+    with cp.Pool("64K", page_size="4k", capacity="64K", max_rate=0, low_water=0) as pool:
+        assert pool.reuse == "auto" and pool.stats().reusing == "hot"
+        assert "whichever short trials" in pool.describe()
+        blk = pool.acquire()
+        _fill(blk)
+        blk.release()
+        st = pool.stats()
+        assert st.dirty == 1 and st.release_zeroed_bytes == 0
+        blk = pool.acquire()                    # zeroed by the caller: the reference
+        assert cp.is_zero(blk)
+        _fill(blk)
+        blk.release()
+        st = pool.stats()
+        assert st.dirty == 0 and st.ready == 1 and st.release_zeroed_bytes == 64 * KiB
+
+
+def test_reuse_auto_tries_cold_from_time_to_time_and_every_block_is_zero():
+    if not _tried(64 * KiB):
+        pytest.skip("this machine's thresholds leave 64 KiB blocks out of reuse='auto'")
+    with cp.Pool("64K", page_size="4k", capacity="512K", max_rate="max") as pool:
+        for i in range(400):
+            held = [pool.acquire() for _ in range(1 + i % 3)]
+            for b in held:
+                assert cp.is_zero(b)
+                _fill(b, 1 + i % 255)
+            for b in held:
+                b.release()
+        st = pool.stats()
+        assert st.reuse_trials >= 1 and st.release_zeroed_bytes > 0
+        assert st.reusing in ("hot", "cold")
+        assert st.acquires == st.releases
+
+
+def test_reuse_auto_leaves_blocks_from_the_streaming_threshold_to_the_thread():
+    code = ("import ctypes, clearpages as cp\n"
+            "p = cp.Pool('64K', page_size='4k', capacity='256K', max_rate='max')\n"
+            "for _ in range(100):\n"
+            "    b = p.acquire(); ctypes.memset(b.address, 1, b.size); b.release()\n"
+            "s = p.stats(); print(s.release_zeroed_bytes, s.reuse_trials)\n"
+            "print(p.describe()); p.close()")
+    r = run_python(code, env={"CLEARPAGES_NT_THRESHOLD": "64K"})
+    assert r.returncode == 0, r.stderr
+    first, text = r.stdout.split("\n", 1)
+    assert first.split() == ["0", "0"]
+    assert "below the streaming threshold, no routine forced" in text
+
+
+@pytest.mark.parametrize("reuse", ["hot", "auto"])
+def test_numpy_arrays_from_a_pool_reused_hot_read_zero(reuse):
+    np = pytest.importorskip("numpy")
+    with cp.Pool("256K", page_size="4k", capacity="1M", reuse=reuse) as pool:
+        with cp.zeroed_arrays(pool):
+            for i in range(300):
+                a = np.zeros(256 * KiB, np.uint8)
+                assert not a.any()
+                a[: (i * 4096) % a.size + 1] = 1 + i % 200
+                del a
+        st = pool.stats()
+        assert st.acquires == st.releases >= 300 and st.out == 0
+        if reuse == "hot" or _tried(256 * KiB):
+            assert st.release_zeroed_bytes > 0
 
 
 def test_the_thread_zeroes_what_comes_back():
@@ -616,6 +734,8 @@ def test_blocks_outlive_the_pool_object():
     (("64K",), {"fork": "share"}, ValueError, "'keep'"),
     (("64K",), {"fork": 1}, TypeError, "'keep', 'wipe' or 'drop'"),
     (("64K",), {"debug": 1}, TypeError, "True, False or None"),
+    (("64K",), {"reuse": "warm"}, ValueError, "'auto'.*'hot'.*'cold'"),
+    (("64K",), {"reuse": True}, TypeError, "'auto', 'hot' or 'cold'"),
 ])
 def test_bad_arguments(args, kw, kind, words):
     with pytest.raises(kind, match=words):

@@ -43,6 +43,73 @@ enum { NOTHING, ZERO, POPULATE, GROW };
 #define BOOST_MAX_BYTES (64u << 20)
 #define BOOST_DECAY_NS 1000000000u
 
+/* Reuse: where a block given back is zeroed.
+ *
+ * Cold, the thread's way: the block goes on the dirty stack, the thread
+ * streams zeros over it, and the program's next acquire takes whatever
+ * block is ready, out of the cache, so every line the program then writes
+ * is read from memory first.  Hot: the releaser zeroes the block at once
+ * with ordinary stores (zero_near), while the lines the program wrote are
+ * still in the cache, and puts it on top of the ready stack, where the
+ * next acquire takes it; what glibc's heap does with a freed chunk, which
+ * the next calloc zeroes in the cache.  Hot puts the zeroing on the
+ * program's path, where a plain allocator has it too; cold takes it off,
+ * and pays where the program writes a small part of each block (the
+ * thread zeroes the rest on another core meanwhile), but loses where it
+ * writes most of it and takes the next soon.  On the Intel guest, numpy
+ * arrays of 1-16 MiB under zeroed_arrays, made, written and dropped in
+ * loops (docs/results.md): cold 0.6-4.7 times plain np.zeros, hot
+ * 0.2-1.1, and cold below hot only where an 8-16 MiB array is written a
+ * byte a page or by half (0.8 against 1.0).
+ *
+ * So with reuse AUTO a pool of blocks up to near_bytes (below the
+ * streaming threshold, and up to hot_max: blocks the cache can keep)
+ * starts hot, the side that cannot lose much against a plain allocator,
+ * and tries cold from time to time, timing the program as a whole: the
+ * time from one release to the one TRIAL_RUN releases later, whatever the
+ * program did between (with several blocks out at once, one block's
+ * acquire-to-release time would count the other blocks' zeroing).  A
+ * trial comes GAP_FIRST releases after the pool starts, then after
+ * GAP_AFTER, four times that after each trial, up to GAP_MOST (back to
+ * GAP_AFTER where the verdict changed), so that what the trials cost in
+ * the dearer way is a few percent of a long program.  A trial times runs
+ * of TRIAL_RUN releases, cold and hot in turn; between a cold run and the
+ * hot one, hot releases go untimed until the thread has zeroed what the
+ * cold run gave it (its work would slow the hot run and flatter the cold
+ * one).  With EARLY_SAMPLES runs of each, a median above EARLY_FACTOR
+ * times the other's settles at once (the rest would pay for the dearer
+ * way again); with TRIAL_SAMPLES of each, the pool goes cold where the
+ * median cold run is below REUSE_MARGIN times the median hot one (cold is
+ * the gamble: the thread's work on the last blocks of each cold run is
+ * timed in no run), hot otherwise, and hot where TRIAL_MOST releases
+ * bring no verdict.
+ *
+ * Between trials, two signs bring one at once.  Settled hot, a hot zero of
+ * a block zeroed hot before that costs more per byte than REUSE_OUT times
+ * a streaming zero (the thread's or a caller's): the block was out of the
+ * cache, where hot keeps nothing for the program (once until the next
+ * verdict: hot may still win, the program's writes then finding some of
+ * the block in the cache).  Settled cold, WATCH_STRAYS windows of
+ * TRIAL_RUN releases in a row above WATCH_FACTOR times the cold runs' time
+ * a release, or below it by as much: the program changed.  Until the
+ * thread or a caller has zeroed a block with streaming stores (the
+ * reference), blocks given back go cold. */
+enum { TRIAL_RUN = 4, TRIAL_SAMPLES = 5, EARLY_SAMPLES = 3, TRIAL_MOST = 256,
+       GAP_FIRST = 16, GAP_AFTER = 64, GAP_MOST = 4096, WATCH_STRAYS = 3 };
+#define REUSE_MARGIN 0.9
+#define REUSE_OUT 1.5
+#define EARLY_FACTOR 1.5
+#define WATCH_FACTOR 1.5
+
+/* A trial's phases: a run of cold releases, hot releases until the thread
+ * has zeroed what the cold run gave it (not timed), a run of hot ones. */
+enum { T_NONE = 0, T_COLD, T_SETTLE, T_HOT };
+
+/* Per block: zeroed hot at its release (ready), or taken so (out). */
+struct use {
+    int hot;
+};
+
 struct chunk {
     uintptr_t base;
     size_t nblocks;
@@ -85,6 +152,26 @@ struct cp_pool {
     int forked;
     uint64_t pace_next;         /* the thread's next paced step starts no earlier */
     struct cp_pool_stats s;     /* the counters (the counts are filled in by cp_pool_stats) */
+
+    /* Reuse (above). */
+    struct use *use;            /* per block */
+    int tracking;               /* reuse AUTO, and blocks small enough to try hot */
+    int hot;                    /* settled: hot (also in s.reuse_hot) */
+    int trial;                  /* T_*: the trial's phase */
+    uint32_t trial_done;        /* ... its releases so far */
+    uint32_t run_left;          /* ... releases left in its timed run */
+    uint64_t run_start;         /* ... and the run's first release's time */
+    uint32_t nsamp[2];          /* ... runs timed, cold [0] and hot [1] */
+    double samp[2][TRIAL_SAMPLES];  /* ... ns a release in each */
+    uint32_t settle_left;       /* settled: releases until the next trial */
+    uint32_t gap;
+    int out_seen;               /* settled hot: a hot zero found a block out of the cache */
+    double ref;                 /* settled cold: ns a release in its trial's cold runs */
+    uint32_t watch_left;        /* ... releases left in the watch's window */
+    uint64_t watch_start;       /* ... and the window's first release's time */
+    int strays;                 /* ... windows in a row above ref (> 0) or below it
+                                   (< 0) by WATCH_FACTOR */
+    uint64_t caller_zero_ns;    /* callers' time zeroing (s.caller_zeroed_bytes) */
 
     struct cp_pool *next, *prev;    /* every pool of the process, for fork */
 };
@@ -162,6 +249,19 @@ static void push(struct cp_pool *p, int which, size_t i)
     p->state[i] = (unsigned char)which;
     p->stack[which][p->count[which]] = i;
     __atomic_store_n(&p->count[which], p->count[which] + 1, __ATOMIC_RELAXED);
+}
+
+/* A block the thread made ready goes under a block zeroed hot at the
+ * top of the ready stack, which the next acquire is to take while the
+ * cache still holds it. */
+static void push_ready(struct cp_pool *p, size_t i)
+{
+    push(p, READY, i);
+    size_t n = p->count[READY];
+    if (n >= 2 && p->use[p->stack[READY][n - 2]].hot) {
+        p->stack[READY][n - 1] = p->stack[READY][n - 2];
+        p->stack[READY][n - 2] = i;
+    }
 }
 
 static size_t pop(struct cp_pool *p, int which)
@@ -322,7 +422,12 @@ static int make_room(struct cp_pool *p, size_t more)
         unsigned char *state = realloc(p->state, room);
         if (state)
             p->state = state;
-        int ok = addr && state;
+        struct use *use = realloc(p->use, room * sizeof *use);
+        if (use) {
+            memset(use + p->room, 0, (room - p->room) * sizeof *use);
+            p->use = use;
+        }
+        int ok = addr && state && use;
         for (int k = 0; k < STACKS && ok; k++) {
             size_t *s = realloc(p->stack[k], room * sizeof *s);
             if (s)
@@ -443,7 +548,10 @@ static void thread_zero(struct cp_pool *p, size_t i)
     p->s.zero_ns += busy;
     p->s.paced_bytes += paced_bytes;
     p->s.paced_ns += paced_ns;
-    push(p, off == bs ? READY : DIRTY, i);
+    if (off == bs)
+        push_ready(p, i);
+    else
+        push(p, DIRTY, i);
 }
 
 static void *pool_thread(void *arg)
@@ -478,7 +586,7 @@ static void *pool_thread(void *arg)
                 push(p, FRESH, i);
             } else {
                 p->s.populated_bytes += p->cfg.block_size;
-                push(p, READY, i);
+                push_ready(p, i);
             }
             wake_waiters(p);
             settle_closed(p);
@@ -528,7 +636,8 @@ static void stop_thread(struct cp_pool *p)
 int cp_pool_new(const struct cp_pool_config *config, struct cp_pool **out)
 {
     const struct cp_pool_config *c = config;
-    if (!c->zero || !c->block_size || !c->page_size || c->block_size % c->page_size)
+    if (!c->zero || !c->block_size || !c->page_size || c->block_size % c->page_size
+        || c->reuse < CP_POOL_REUSE_AUTO || c->reuse > CP_POOL_REUSE_HOT)
         return EINVAL;
     struct cp_pool *p = calloc(1, sizeof *p);
     if (!p)
@@ -538,6 +647,12 @@ int cp_pool_new(const struct cp_pool_config *config, struct cp_pool **out)
     atomic_init(&p->max_rate, c->max_rate);
     atomic_init(&p->low_water, c->low_water);
     p->boost_max = BOOST_MAX_BYTES / c->block_size ? BOOST_MAX_BYTES / c->block_size : 1;
+    p->tracking = c->reuse == CP_POOL_REUSE_AUTO && c->zero_near
+        && c->block_size <= c->near_bytes;
+    p->settle_left = GAP_FIRST;
+    p->gap = GAP_AFTER;
+    p->s.reuse_hot = p->hot = (c->reuse == CP_POOL_REUSE_HOT && c->zero_near) || p->tracking;
+    p->s.reuse_tried = p->tracking;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -607,6 +722,7 @@ void cp_pool_unref(struct cp_pool *p)
     pthread_mutex_destroy(&p->lock);
     free(p->addr);
     free(p->state);
+    free(p->use);
     for (int k = 0; k < STACKS; k++)
         free(p->stack[k]);
     free(p->chunks);
@@ -668,13 +784,18 @@ static int prepare(struct cp_pool *p, size_t i, int fresh)
     p->callers_busy++;
     pthread_mutex_unlock(&p->lock);
     int err = 0;
-    if (fresh)
+    uint64_t t = 0;
+    if (fresh) {
         err = cp_region_populate(p->addr[i], p->cfg.block_size, p->cfg.page_size,
                                  p->cfg.kind);
-    else
+    } else {
+        t = now_ns();
         p->cfg.zero((void *)p->addr[i], p->cfg.block_size);
+        t = now_ns() - t;
+    }
     pthread_mutex_lock(&p->lock);
     p->callers_busy--;
+    p->caller_zero_ns += t;
     if (err) {
         push(p, FRESH, i);
         return err;
@@ -783,6 +904,166 @@ wait:
     return err;
 }
 
+/* ---- reuse (above) ------------------------------------------------------ */
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const double *xs, uint32_t n)
+{
+    double v[TRIAL_SAMPLES];
+    memcpy(v, xs, n * sizeof *v);
+    qsort(v, n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Settle on hot or cold (lock held); the next trial after the gap
+ * (multiplied by four, or back to GAP_AFTER where the verdict changed). */
+static void settle(struct cp_pool *p, int hot)
+{
+    p->ref = !hot && p->nsamp[0] ? median_of(p->samp[0], p->nsamp[0]) : 0;
+    p->strays = 0;
+    p->watch_left = 0;
+    p->out_seen = 0;
+    if (hot != p->hot)
+        p->gap = GAP_AFTER;
+    p->hot = p->s.reuse_hot = hot;
+    p->trial = T_NONE;
+    p->settle_left = p->gap;
+    p->gap = p->gap * 4 > GAP_MOST ? GAP_MOST : p->gap * 4;
+}
+
+/* The trial's verdict once its runs say enough (lock held): 1 where it
+ * settled. */
+static int verdict(struct cp_pool *p)
+{
+    uint32_t nc = p->nsamp[0], nh = p->nsamp[1];
+    if (nc < EARLY_SAMPLES || nh < EARLY_SAMPLES)
+        return 0;
+    double c = median_of(p->samp[0], nc), h = median_of(p->samp[1], nh);
+    if (c > EARLY_FACTOR * h || h > EARLY_FACTOR * c)
+        settle(p, c > h);       /* the rest would pay for the dearer way again */
+    else if (nc >= TRIAL_SAMPLES && nh >= TRIAL_SAMPLES)
+        settle(p, !(c < REUSE_MARGIN * h));
+    else
+        return 0;
+    return 1;
+}
+
+/* A timed run starts with this release (lock held); its way. */
+static int run_from(struct cp_pool *p, int phase, uint64_t now)
+{
+    p->trial = phase;
+    p->run_start = now;
+    p->run_left = TRIAL_RUN;
+    return phase == T_HOT;
+}
+
+/* This release in the trial (lock held): whether it is zeroed hot. */
+static int trial_step(struct cp_pool *p, uint64_t now)
+{
+    if (++p->trial_done > TRIAL_MOST) {
+        settle(p, 1);           /* no verdict: the safe side */
+        return 1;
+    }
+    if (p->trial == T_SETTLE) {
+        /* Hot, untimed, until the thread has zeroed what the cold run
+         * gave it: its work would land on the hot run's time. */
+        if (p->thread_busy || p->count[DIRTY])
+            return 1;
+        return run_from(p, T_HOT, now);
+    }
+    if (--p->run_left > 0)
+        return p->trial == T_HOT;
+    int k = p->trial == T_HOT;
+    p->samp[k][p->nsamp[k] < TRIAL_SAMPLES ? p->nsamp[k]++ : TRIAL_SAMPLES - 1] =
+        (double)(now - p->run_start) / TRIAL_RUN;
+    if (verdict(p))
+        return p->hot;
+    if (k)
+        return run_from(p, T_COLD, now);
+    p->trial = T_SETTLE;
+    return trial_step(p, now);
+}
+
+/* Settled cold, the watch (lock held): windows of TRIAL_RUN releases,
+ * WATCH_STRAYS in a row above WATCH_FACTOR times the cold runs' time a
+ * release, or below it by as much: the program changed, a trial now. */
+static void watch(struct cp_pool *p, uint64_t now)
+{
+    if (p->ref <= 0)
+        return;
+    if (!p->watch_left) {
+        p->watch_start = now;
+        p->watch_left = TRIAL_RUN;
+        return;
+    }
+    if (--p->watch_left > 0)
+        return;
+    double x = (double)(now - p->watch_start) / TRIAL_RUN;
+    int way = x > WATCH_FACTOR * p->ref ? 1 : x * WATCH_FACTOR < p->ref ? -1 : 0;
+    p->strays = way && (p->strays == 0 || (p->strays > 0) == (way > 0)) ? p->strays + way : 0;
+    if (p->strays >= WATCH_STRAYS || p->strays <= -WATCH_STRAYS) {
+        p->settle_left = 1;
+        p->gap = GAP_AFTER;
+    }
+    p->watch_start = now;
+    p->watch_left = TRIAL_RUN;
+}
+
+/* The streaming zero's ns per byte, the thread's and callers' (0: none yet). */
+static double stream_ns(const struct cp_pool *p)
+{
+    uint64_t bytes = p->s.zeroed_bytes + p->s.caller_zeroed_bytes;
+    return bytes ? (double)(p->s.zero_ns + p->caller_zero_ns) / (double)bytes : 0;
+}
+
+/* A block comes back (lock held): whether it is zeroed hot. */
+static int reuse_hot(struct cp_pool *p)
+{
+    if (p->cfg.reuse == CP_POOL_REUSE_HOT)
+        return p->hot;
+    if (!p->tracking || stream_ns(p) <= 0)
+        return 0;               /* a streaming zero first: the reference */
+    uint64_t now = now_ns();
+    if (p->trial)
+        return trial_step(p, now);
+    if (!p->hot)
+        watch(p, now);
+    if (p->settle_left && --p->settle_left)
+        return p->hot;
+    p->trial_done = 0;
+    p->nsamp[0] = p->nsamp[1] = 0;
+    p->s.reuse_trials++;
+    if (p->hot)
+        return run_from(p, T_COLD, now);
+    p->trial = T_SETTLE;
+    return trial_step(p, now);
+}
+
+/* A hot zero of block i took ns (lock held).  Settled hot, where the
+ * block had been zeroed hot before (its lines the cache's, if hot keeps
+ * them there), a zero dearer per byte than REUSE_OUT times a streaming one
+ * found it out of the cache: a trial at once (once until the next
+ * verdict).  A block the thread zeroed was streamed out of the cache: its
+ * first hot zero reads in what the program did not write, and says
+ * nothing of the next. */
+static void hot_zeroed(struct cp_pool *p, size_t i, int was_hot, uint64_t ns)
+{
+    double bs = (double)p->cfg.block_size, ref = stream_ns(p);
+    p->use[i].hot = 1;
+    p->s.release_zeroed_bytes += p->cfg.block_size;
+    p->s.release_zero_ns += ns;
+    if (p->tracking && p->hot && !p->trial && !p->out_seen && was_hot && ref > 0
+            && (double)ns / bs > REUSE_OUT * ref) {
+        p->out_seen = 1;
+        p->settle_left = 1;
+    }
+}
+
 int cp_pool_give(struct cp_pool *p, uintptr_t addr)
 {
     pthread_mutex_lock(&p->lock);
@@ -802,7 +1083,25 @@ int cp_pool_give(struct cp_pool *p, uintptr_t addr)
         if (p->forked) {
             /* The child's copy: nothing zeroes it here. */
             p->state[i] = BUSY;
+        } else if (!p->closed && reuse_hot(p)) {
+            /* Hot: zeroed here, on top of the ready stack for the next
+             * acquire.  Busy meanwhile, and counted as a caller's work, so
+             * that a close waits for it. */
+            p->state[i] = BUSY;
+            p->callers_busy++;
+            pthread_mutex_unlock(&p->lock);
+            int was_hot = p->use[i].hot;
+            uint64_t t = now_ns();
+            p->cfg.zero_near((void *)addr, p->cfg.block_size);
+            uint64_t ns = now_ns() - t;
+            pthread_mutex_lock(&p->lock);
+            p->callers_busy--;
+            hot_zeroed(p, i, was_hot, ns);
+            push(p, READY, i);
+            wake_waiters(p);
+            settle_closed(p);
         } else {
+            p->use[i].hot = 0;
             push(p, DIRTY, i);
             p->thread_failed = 0;
             wake = thread_wanted(p);
@@ -876,8 +1175,11 @@ int cp_pool_trim(struct cp_pool *p, uint64_t *bytes)
         done--;
     pthread_mutex_lock(&p->lock);
     p->callers_busy--;
-    for (size_t j = 0; j < n; j++)
+    for (size_t j = 0; j < n; j++) {
+        if (j < done)
+            p->use[idle[j]].hot = 0;    /* handed back: no longer zeroed hot */
         push(p, j < done ? FRESH : was[j], idle[j]);
+    }
     p->s.trimmed_bytes += (uint64_t)done * p->cfg.block_size;
     p->thread_failed = 0;
     nudge_thread(p);

@@ -18,7 +18,11 @@
  *
  * The thread zeroes dirty blocks with the routine it was given (the
  * policy's choice for memory not used soon: streaming stores, which keep
- * the program's own data in the cache).  While fewer than low_water blocks
+ * the program's own data in the cache).  Where the program writes each
+ * block whole and takes the next at once, a block zeroed at its release
+ * with ordinary stores, still in the cache, and handed out next, costs it
+ * less: the pool times the program's cycles to find which (pool.c,
+ * "reuse").  While fewer than low_water blocks
  * are ready it works flat out and also faults in fresh blocks and maps
  * more (up to max_blocks).  While a caller waits it works flat out too.
  * Otherwise it zeroes at most max_rate bytes a second (0: not at all); but
@@ -58,9 +62,21 @@ struct cp_pool_config {
                                    UINT64_MAX: no limit */
     size_t step;                /* bytes zeroed between two looks at the pace */
     cp_clear_fn zero;           /* the routine that zeroes a dirty block */
+    cp_clear_fn zero_near;      /* ... and the one that zeroes a block at its release,
+                                   for the next acquire (ordinary stores) */
+    size_t near_bytes;          /* reuse AUTO tries that only for blocks up to this */
+    int reuse;                  /* CP_POOL_REUSE_* */
     int protect;                /* CP_PROTECT_* flags for the memory (fork=) */
     int debug;                  /* read every block back before it leaves */
     int scan_variant;           /* the zero scan debug uses (CP_SCAN_*) */
+};
+
+/* Where a block given back is zeroed (pool.c, "reuse"). */
+enum {
+    CP_POOL_REUSE_AUTO = 0,     /* where timing the program's cycles finds it pays */
+    CP_POOL_REUSE_COLD = 1,     /* by the thread, with zero; acquire takes any */
+    CP_POOL_REUSE_HOT = 2       /* at once by the releaser, with zero_near, and
+                                   taken first by the next acquire */
 };
 
 /* What cp_pool_take may do when no block is ready. */
@@ -96,6 +112,11 @@ struct cp_pool_stats {
     uint64_t grows;             /* times more memory was mapped */
     uint64_t trimmed_bytes;     /* handed back to the kernel by trim */
     uint64_t checked;           /* blocks read back (debug) */
+    uint64_t release_zeroed_bytes;  /* zeroed at their release (reuse hot) */
+    uint64_t release_zero_ns;   /* the releasers' time spent on that */
+    uint64_t reuse_trials;      /* trials of hot against cold (reuse AUTO) */
+    int reuse_hot;              /* 1: blocks given back are zeroed at once now */
+    int reuse_tried;            /* 1: reuse AUTO, and blocks it tries hot */
     int closed;                 /* 1: closed; 2: closed, memory kept until the last block */
     int forked;                 /* 1: this process is a child of the pool's */
     int error;                  /* the errno of the thread's last failure (map, populate) */
@@ -119,7 +140,8 @@ void cp_pool_unref(struct cp_pool *pool);
 int cp_pool_take(struct cp_pool *pool, int flags, uint64_t asked_ns, uint64_t wait_ns,
                  uintptr_t *addr);
 
-/* Give a block back (it is zeroed before it leaves again).  EINVAL: addr
+/* Give a block back (it is zeroed before it leaves again: by the thread,
+ * or, while the pool reuses blocks hot, here, before this returns).  EINVAL: addr
  * is not the start of a block of this pool that is out. */
 int cp_pool_give(struct cp_pool *pool, uintptr_t addr);
 
