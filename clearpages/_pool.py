@@ -51,8 +51,19 @@ GROW_BYTES = 64 * MiB
 STEP = 1 * MiB
 
 #: reuse=: where a block given back is zeroed (core/pool.c, "reuse").
-REUSE = {"auto": lib.CP_POOL_REUSE_AUTO, "cold": lib.CP_POOL_REUSE_COLD,
-         "hot": lib.CP_POOL_REUSE_HOT}
+REUSE = {"auto": lib.CP_POOL_REUSE_AUTO, "hot": lib.CP_POOL_REUSE_HOT,
+         "cold": lib.CP_POOL_REUSE_COLD}
+
+
+def _one_of(value: Any, what: str, choices: dict[str, Any], meanings: str) -> None:
+    """value must be one of the names of choices: a str (TypeError naming
+    them) among them (ValueError saying what each means)."""
+    if not isinstance(value, str):
+        names = ["'%s'" % n for n in choices]
+        raise TypeError("%s takes %s or %s, not %s" % (what, ", ".join(names[:-1]),
+                                                       names[-1], type(value).__name__))
+    if value not in choices:
+        raise ValueError("%s must be %s, not %r" % (what, meanings, value))
 
 
 def _is_int(v: Any) -> bool:
@@ -272,20 +283,11 @@ class Pool(PoolCore):
                              % (_fmt_size(cap), _fmt_size(size), name, size))
         rate = _rate_arg(max_rate)
         low = _count_arg(low_water, "low_water")
-        if not isinstance(fork, str):
-            raise TypeError("fork takes 'keep', 'wipe' or 'drop', not %s"
-                            % type(fork).__name__)
-        if fork not in FORK:
-            raise ValueError("fork must be 'keep' (a child's blocks are copies), 'wipe' "
-                             "(they read as zeros) or 'drop' (nothing mapped in a child), "
-                             "not %r" % (fork,))
-        if not isinstance(reuse, str):
-            raise TypeError("reuse takes 'auto', 'hot' or 'cold', not %s"
-                            % type(reuse).__name__)
-        if reuse not in REUSE:
-            raise ValueError("reuse must be 'auto' (the pool times which pays), 'hot' (a "
-                             "block given back is zeroed at once, in the cache, and handed "
-                             "out next) or 'cold' (the thread zeroes it), not %r" % (reuse,))
+        _one_of(fork, "fork", FORK, "'keep' (a child's blocks are copies), 'wipe' (they "
+                "read as zeros) or 'drop' (nothing mapped in a child)")
+        _one_of(reuse, "reuse", REUSE, "'auto' (the pool times which pays), 'hot' (a block "
+                "given back is zeroed at once, in the cache, and handed out next) or "
+                "'cold' (the thread zeroes it)")
         if debug is None:
             debug = _dispatch.state().config.pool_debug
         elif not isinstance(debug, bool):
