@@ -1087,10 +1087,10 @@ int cp_pool_give(struct cp_pool *p, uintptr_t addr)
             /* Hot: zeroed here, on top of the ready stack for the next
              * acquire.  Busy meanwhile, and counted as a caller's work, so
              * that a close waits for it. */
+            int was_hot = p->use[i].hot;   /* under the lock: grow() moves the array */
             p->state[i] = BUSY;
             p->callers_busy++;
             pthread_mutex_unlock(&p->lock);
-            int was_hot = p->use[i].hot;
             uint64_t t = now_ns();
             p->cfg.zero_near((void *)addr, p->cfg.block_size);
             uint64_t ns = now_ns() - t;
