@@ -240,14 +240,15 @@ class Pool(PoolCore):
     the lines the program wrote are still in the cache, and handed out by
     the next acquire: that pays where the program writes most of each block
     and takes the next soon (as glibc's heap recycles a freed chunk for the
-    next calloc), and costs release() the zeroing.  "auto" (default): cold,
-    with short trials of hot from time to time that time the program's
-    cycles (acquire to release, and the zeroing at release); hot where it
-    wins, for blocks below the streaming threshold (``thresholds().nt_min``)
-    and up to ``thresholds().hot_max``: what the cache keeps for the
-    program (a larger block always waits for the thread).  Until the pool
-    has timed one streaming zero, blocks given back wait for the thread.
-    ``stats().reusing`` says which holds now.
+    next calloc), and costs release() the zeroing.  "auto" (default): hot
+    for blocks below the streaming threshold (``thresholds().nt_min``, no
+    routine forced) and up to ``thresholds().hot_max``, what the cache
+    keeps for the program (a larger block always waits for the thread),
+    with short trials of cold now and then that time the program as a
+    whole (runs of releases each way, in turn); cold where it is 10%
+    faster.  Until the pool has timed one streaming zero, blocks given back
+    wait for the thread.  ``stats().reusing`` says which way holds now,
+    ``stats().reuse_tried`` whether "auto" tries hot for these blocks.
 
     fork: what a forked child sees (the child has no pool thread and its
     copy of the Pool hands out nothing): "keep" (default: blocks it holds
@@ -446,7 +447,7 @@ class Pool(PoolCore):
                     "keep it (up to hot_max)")
         return ("a block given back waits for the thread, or is zeroed at once by "
                 "release(), with ordinary stores, and handed out next, whichever short "
-                "trials from time to time find the program's cycles faster with (now: "
+                "trials from time to time find the program faster with (now: "
                 "%s)" % ("at once" if self._stats()["reuse_hot"] else "the thread"))
 
     @property
