@@ -440,7 +440,8 @@ class Pool(PoolCore):
         if self.reuse == "hot":
             return ("a block given back is zeroed at once by release(), with ordinary "
                     "stores, and handed out next (reuse='hot')")
-        if not self._stats()["reuse_tried"]:
+        s = self._stats()
+        if not s["reuse_tried"]:
             return ("a block given back waits for the thread: reuse='auto' zeroes a block "
                     "at its release only where a plain clear of it takes ordinary stores "
                     "(below the streaming threshold, no routine forced) and the cache can "
@@ -448,7 +449,7 @@ class Pool(PoolCore):
         return ("a block given back waits for the thread, or is zeroed at once by "
                 "release(), with ordinary stores, and handed out next, whichever short "
                 "trials from time to time find the program faster with (now: "
-                "%s)" % ("at once" if self._stats()["reuse_hot"] else "the thread"))
+                "%s)" % ("at once" if s["reuse_hot"] else "the thread"))
 
     @property
     def closed(self) -> bool:

@@ -57,12 +57,14 @@ enum { NOTHING, ZERO, POPULATE, GROW };
  * and pays where the program writes a small part of each block (the
  * thread zeroes the rest on another core meanwhile), but loses where it
  * writes most of it and takes the next soon.  On the Intel guest, numpy
- * arrays of 1-16 MiB under zeroed_arrays, made, written and dropped in
- * loops (docs/results.md): cold 0.6-4.7 times plain np.zeros, hot
- * 0.2-1.1, and cold below hot only where an 8-16 MiB array is written a
- * byte a page or by half (0.8 against 1.0).
+ * arrays of 512 KiB-16 MiB under zeroed_arrays, made, written and dropped
+ * in 36 loops (bench/pool_reuse.py, docs/results.md): cold 0.46-6.9 times
+ * plain np.zeros, hot 0.22-1.09, and cold well below hot only where a 4-16
+ * MiB array is written a byte a page or by half, or four 16 MiB arrays are
+ * alive at once (16 MiB a byte a page:
+ * 0.54 against 1.01).
  *
- * So with reuse AUTO a pool of blocks up to near_bytes (below the
+ * So with reuse AUTO a pool whose blocks are near_tried (below the
  * streaming threshold, and up to hot_max: blocks the cache can keep)
  * starts hot, the side that cannot lose much against a plain allocator,
  * and tries cold from time to time, timing the program as a whole: the
@@ -648,7 +650,7 @@ int cp_pool_new(const struct cp_pool_config *config, struct cp_pool **out)
     atomic_init(&p->low_water, c->low_water);
     p->boost_max = BOOST_MAX_BYTES / c->block_size ? BOOST_MAX_BYTES / c->block_size : 1;
     p->tracking = c->reuse == CP_POOL_REUSE_AUTO && c->zero_near
-        && c->block_size <= c->near_bytes;
+        && c->near_tried;
     p->settle_left = GAP_FIRST;
     p->gap = GAP_AFTER;
     p->s.reuse_hot = p->hot = (c->reuse == CP_POOL_REUSE_HOT && c->zero_near) || p->tracking;

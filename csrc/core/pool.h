@@ -64,7 +64,9 @@ struct cp_pool_config {
     cp_clear_fn zero;           /* the routine that zeroes a dirty block */
     cp_clear_fn zero_near;      /* ... and the one that zeroes a block at its release,
                                    for the next acquire (ordinary stores) */
-    size_t near_bytes;          /* reuse AUTO tries that only for blocks up to this */
+    int near_tried;             /* reuse AUTO tries that for this pool's blocks (pool_open
+                                   asks the policy: below the streaming threshold, no
+                                   longer than hot_max) */
     int reuse;                  /* CP_POOL_REUSE_* */
     int protect;                /* CP_PROTECT_* flags for the memory (fork=) */
     int debug;                  /* read every block back before it leaves */

@@ -146,8 +146,7 @@ static PyObject *pool_open(PoolCore *self, PyObject *args)
     c.step = (size_t)step;
     c.zero = config.r[d.routine].fn;
     c.zero_near = near >= 0 ? config.r[near].fn : NULL;
-    c.near_bytes = reuse == CP_POOL_REUSE_HOT ? (size_t)-1
-        : near >= 0 && ordinary ? (size_t)block_size : 0;
+    c.near_tried = near >= 0 && ordinary;
     c.reuse = reuse;
     c.protect = protect;
     c.debug = debug;

@@ -66,7 +66,7 @@ int main(int argc, char **argv)
     c.step = 16 << 10;
     c.zero = zero;
     c.zero_near = zero;
-    c.near_bytes = BS;
+    c.near_tried = 1;
     c.reuse = atoi(argv[1]);
     int err = cp_pool_new(&c, &pool);
     if (err) {
