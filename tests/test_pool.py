@@ -490,7 +490,9 @@ def test_numpy_arrays_from_a_pool_reused_hot_read_zero(reuse):
 
 
 def test_the_thread_zeroes_what_comes_back():
-    with cp.Pool("64K", page_size="4k", capacity="128K", max_rate="max") as pool:
+    # reuse="cold": every block given back is the thread's to zero
+    with cp.Pool("64K", page_size="4k", capacity="128K", max_rate="max",
+                 reuse="cold") as pool:
         assert _eventually(lambda: pool.stats().ready >= 1)
         a, b = pool.acquire(), pool.acquire()
         _fill(a)
@@ -535,7 +537,7 @@ def test_paced_zeroing_is_reported():
     # Blocks made ready first, so that no acquire finds none ready (which
     # would raise the number kept ready flat out).
     with cp.Pool("1M", page_size="4k", capacity="2M", max_rate="256M",
-                 low_water=2) as pool:
+                 low_water=2, reuse="cold") as pool:
         assert _eventually(lambda: pool.stats().ready == 2)
         blocks = [pool.acquire() for _ in range(2)]
         pool.set_pace(max_rate="256M", low_water=0)
@@ -554,7 +556,7 @@ def test_callers_that_find_none_ready_raise_the_blocks_kept_ready():
     finds none ready raises the number the thread zeroes ready flat out, so
     blocks given back are zeroed at once, not at the pace; a second without
     such an acquire halves the rise.  At max_rate=0 nothing rises."""
-    with cp.Pool("64K", page_size="4k", capacity="256K", max_rate=16,
+    with cp.Pool("64K", page_size="4k", capacity="256K", max_rate=16, reuse="cold",
                  low_water=0) as pool:
         held = [pool.acquire() for _ in range(3)]      # none ready: each waits
         st = pool.stats()
@@ -578,7 +580,8 @@ def test_callers_that_find_none_ready_raise_the_blocks_kept_ready():
 def test_a_new_pace_applies_at_once():
     """A thread asleep at a pace of a few bytes a second takes a new pace
     at once, not when the old one would have let it go on."""
-    with cp.Pool("2M", page_size="4k", capacity="2M", max_rate=16, low_water=1) as pool:
+    with cp.Pool("2M", page_size="4k", capacity="2M", max_rate=16, low_water=1,
+                 reuse="cold") as pool:
         assert _eventually(lambda: pool.stats().ready == 1)
         blk = pool.acquire()                    # ready: the mark does not rise
         pool.set_pace(max_rate=16, low_water=0)
