@@ -273,8 +273,9 @@ RECENT_MAX_DIVISOR = 2
 #: a Zen 3 guest, L2 512 KiB, ordinary stores cleared one of 8.8-14 MiB back
 #: to back as fast as streaming did, or up to 1.4x faster, and 1.5x faster
 #: with random writes after each clear; the Intel guest kept 32 MiB and not
-#: 48), its checks find one that is not within about 30 calls (16 wait out
-#: the refill after its first clear), and comparing
+#: 48), its checks find one that is not within about 60 calls (48 wait out
+#: the refill after its first clear: a large buffer may come back only
+#: after tens of flat calls, see adapt.c's await_refill), and comparing
 #: costs such a buffer a refill of several milliseconds per pair.
 KEPT_FACTOR = 1.5
 #: ... at most half the window, or this fraction of it where the cache

@@ -794,21 +794,20 @@ def test_a_size_just_above_recent_max_is_presumed_kept_from_its_first_recent_cal
     assert stat(23, RECENT).comparisons == 1
 
 
-@pytest.mark.parametrize("noise, within", [(0.03, 20), (0.08, 32)])
+@pytest.mark.parametrize("noise, within", [(0.03, 52), (0.08, 64)])
 def test_a_size_presumed_kept_that_the_machine_does_not_keep_is_found_out(learner, noise,
                                                                             within):
     """A recent buffer of 10 MiB (up to kept_max, so presumed kept) whose
     ordinary-store clears stay twice a streaming clear's and more
-    (not_kept): its checks find it out within 20 calls (they wait out the
-    refill after its first clear, 16 calls, then 3 of them, one call apart
-    until the first 5 are in, must find it slow), the comparison
-    settles on streaming, and the size class is marked not kept: another
+    (not_kept): its checks find it out within 52 calls (they wait out the
+    refill after its first clear, 48 calls, then 3 of them, one call apart
+    until the first 5 are in, must find it slow), the comparison settles
+    on streaming within 96, and the size class is marked not kept: another
     buffer of its size starts on streaming, in each of 5 programs.  Each
     clear off by up to 8% either way, a check now and then costs 5% less
     than the clear eight calls before by chance and counts as a buffer
-    coming back (check_clear): found out all the same, within 32 calls
-    (20-28 in these programs; 20-22 where only a tenth less than the
-    checks before counted)."""
+    coming back (check_clear): found out all the same, within 64 calls
+    (52-54 in these programs)."""
     held(learner, kept_max=12 * MiB)
     n = 10 * MiB
     for seed in range(5):
@@ -820,7 +819,7 @@ def test_a_size_presumed_kept_that_the_machine_does_not_keep_is_found_out(learne
         compared = next(i for i, t in enumerate(prog.tickets)
                         if i and not untimed(t) and not is_check(t))
         assert compared <= within, (seed, compared)
-        assert prog.settled_from(S) <= 64, seed
+        assert prog.settled_from(S) <= 96, seed
         other = Program(seed=seed)
         other.loop(n + 1 * MiB, 40, cost=(WARM[S] * 2.3, WARM[S]), addr=HOT + 64 * MiB)
         assert other.roles[:17] == [S] * 17, seed
@@ -997,6 +996,17 @@ def test_a_comparison_whose_sizes_move_starts_afresh(learner):
     assert moved >= 2
 
 
+# The refills below are shapes measured on the Intel guest; each is also
+# run LATE calls later (flat at its first cost until then), so that it
+# outlasts the 48 calls (REFILL_WAIT) a held buffer's checks wait after its
+# clear out of the cache, and the checks after the wait see it come back.
+LATE = 32
+
+
+def starting_late(refill: list[float], late: int) -> list[float]:
+    return [refill[0]] * late + refill
+
+
 def presumed_refill(between, refill=REFILL_LONG) -> None:
     """A buffer of 10 MiB presumed kept (kept_max 12 MiB), its first clear
     (not recent yet) streamed, then back into the cache bit by bit
@@ -1056,14 +1066,15 @@ while REFILL_SLOW[-1] > 0.75:
     REFILL_SLOW.append(REFILL_SLOW[-1] * 0.93)
 
 
-def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
+@pytest.mark.parametrize("late", [0, LATE], ids=["as-measured", "later"])
+def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner, late):
     """A buffer presumed kept whose refill outlasts the 16 calls its checks
     wait (REFILL_SLOW, 30 calls) and then falls 7% a call: its checks, one
     call apart, see a buffer coming back (10% less than the dearer of the
     two before), not one out of the cache, and it is held, never compared,
     in each of 5 programs (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
-    presumed_refill(lambda prog, i: None, REFILL_SLOW)
+    presumed_refill(lambda prog, i: None, starting_late(REFILL_SLOW, late))
 
 
 # A large buffer's refill that creeps (times a streaming clear): 2.2% less a
@@ -1072,14 +1083,15 @@ def test_a_held_buffer_that_comes_back_slowly_after_the_wait_is_held(learner):
 REFILL_CREEP = [2.3 * 0.978 ** k for k in range(52)]
 
 
-def test_a_held_buffer_that_creeps_back_is_held(learner):
+@pytest.mark.parametrize("late", [0, LATE], ids=["as-measured", "later"])
+def test_a_held_buffer_that_creeps_back_is_held(learner, late):
     """A buffer presumed kept whose refill falls a few percent a call for
     51 calls (REFILL_CREEP): never 10% below either of the two checks
     before, but 10% below its clear eight calls before.  The wait for its
     refill goes on while its clears fall that much, and it is held, never
     compared, in each of 5 programs (presumed_refill)."""
     held(learner, kept_max=12 * MiB)
-    presumed_refill(lambda prog, i: None, REFILL_CREEP)
+    presumed_refill(lambda prog, i: None, starting_late(REFILL_CREEP, late))
 
 
 # A large buffer's refill that stays slow past the wait (times a streaming
@@ -1092,14 +1104,15 @@ while REFILL_LATE[-1] > 0.75:
     REFILL_LATE.append(REFILL_LATE[-1] * 0.93)
 
 
-def test_a_held_buffer_whose_refill_stays_slow_past_the_wait_is_held(learner):
+@pytest.mark.parametrize("late", [0, LATE], ids=["as-measured", "later"])
+def test_a_held_buffer_whose_refill_stays_slow_past_the_wait_is_held(learner, late):
     """A buffer presumed kept whose clears fall 1% a call through the wait
     and its first checks (REFILL_LATE): no check is 10% below the two
     before it, nor below its clear eight calls before, but each is half
     that below the latter: a buffer coming back, not one out of the
     cache, held, never compared, in each of 5 programs."""
     held(learner, kept_max=12 * MiB)
-    presumed_refill(lambda prog, i: None, REFILL_LATE)
+    presumed_refill(lambda prog, i: None, starting_late(REFILL_LATE, late))
 
 
 # A refill that does not start at once: flat at 2.3 times a streaming clear
@@ -1111,7 +1124,8 @@ while REFILL_FLAT_FIRST[-1] > 0.75:
     REFILL_FLAT_FIRST.append(REFILL_FLAT_FIRST[-1] * 0.93)
 
 
-def test_a_held_buffer_whose_refill_starts_late_is_held(learner):
+@pytest.mark.parametrize("late", [0, LATE], ids=["as-measured", "later"])
+def test_a_held_buffer_whose_refill_starts_late_is_held(learner, late):
     """A buffer presumed kept whose clears stay flat for the wait's first 10
     calls and only then come down, 1% a call at first (REFILL_FLAT_FIRST):
     the wait's 16 calls cover the flat start, and its checks find each
@@ -1119,7 +1133,7 @@ def test_a_held_buffer_whose_refill_starts_late_is_held(learner):
     compared, in each of 5 programs.  A wait that ended on flat calls from
     its ninth on compared it in most programs."""
     held(learner, kept_max=12 * MiB)
-    presumed_refill(lambda prog, i: None, REFILL_FLAT_FIRST)
+    presumed_refill(lambda prog, i: None, starting_late(REFILL_FLAT_FIRST, late))
 
 
 def test_a_held_buffer_the_machine_keeps_part_of_ends_its_comparison_after_two_pairs(learner):
@@ -1173,7 +1187,8 @@ def test_a_held_buffer_found_kept_is_first_checked_past_its_refill(learner):
 
 
 def test_a_comparison_whose_temporal_blocks_grow_ends_within_its_calls(learner):
-    """A held buffer taken out by a burst, compared, each temporal block
+    """A held buffer taken out by a burst (calls 60-71, past the wait for
+    its refill after its first clear), compared, each temporal block
     growing to 16 calls while the buffer comes back (REFILL_LONG), and the
     two roles equal once it is back: the comparison ends undecided within
     the calls its twelve pairs would run as planned (60, and the pair under
@@ -1188,7 +1203,7 @@ def test_a_comparison_whose_temporal_blocks_grow_ends_within_its_calls(learner):
         runs, run = [], 0
         for i in range(400):
             k = since_streaming(prog)
-            x = (1.0 if not i else 1.5 if 20 <= i < 32
+            x = (1.0 if not i else 1.5 if 60 <= i < 72
                  else REFILL_LONG[k] if k < len(REFILL_LONG) else 1.0)
             prog.step(n, HOT, cost=(WARM[S] * x, WARM[S]))
             if stat(cls, RECENT).learned == lib.CP_LEARNED_COMPARING:
@@ -1266,7 +1281,8 @@ def test_a_held_buffer_outlasts_bursts_of_slow_checks(learner):
 
 def test_a_held_buffer_taken_out_by_a_burst_is_compared_past_its_refill(learner):
     """A held buffer (0.8 times a streaming clear in the cache) slower than
-    streaming for 12 calls (a neighbour filled the L3): its checks take it
+    streaming for 12 calls (a neighbour filled the L3), past the wait for
+    its refill after its first clear (48 calls): its checks take it
     out and a comparison starts on streaming.  After each streaming block
     the buffer comes back only bit by bit (REFILL_LONG), so a temporal block
     that ended after three calls would find it 2x dearer than streaming;
@@ -1275,7 +1291,7 @@ def test_a_held_buffer_taken_out_by_a_burst_is_compared_past_its_refill(learner)
     held(learner)
     n = 28 * MiB
     for seed in range(3):
-        prog = held_run(n, seed, 800, lambda i, k: 1.0 if not i else 1.5 if 20 <= i < 32
+        prog = held_run(n, seed, 800, lambda i, k: 1.0 if not i else 1.5 if 60 <= i < 72
                         else REFILL_LONG[k] if k < len(REFILL_LONG) else 0.8)
         st = stat(n.bit_length() - 1, RECENT)
         assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.comparisons >= 2, seed
@@ -1339,7 +1355,8 @@ def test_a_held_buffer_is_checked_strictly_and_streams_where_that_wins(learner):
     in the cache for all that (the checks' margin, 1.25); held above it (its
     size found kept), not: 3 of 5 checks find it dearer (1.05), a comparison
     starts on streaming (the start role above recent_max), streaming wins
-    it within 64 calls, and the size is no longer held."""
+    it within 96 calls (the checks wait out the refill after its first
+    clear, 48 calls), and the size is no longer held."""
     held(learner)
     cost = (WARM[S] * 1.1, WARM[S])
     Program(seed=5).loop(6 * MiB, 400, cost=cost)
@@ -1352,7 +1369,7 @@ def test_a_held_buffer_is_checked_strictly_and_streams_where_that_wins(learner):
     st = stat(n.bit_length() - 1, RECENT)
     assert st.trigger == lib.CP_ADAPT_BY_EVICTED and st.start == S and st.safe == T
     assert st.learned == lib.CP_LEARNED_STREAMING
-    assert prog.settled_from(S) <= 64
+    assert prog.settled_from(S) <= 96
 
 
 def test_a_buffer_is_held_only_where_checks_can_undo_it(learner):

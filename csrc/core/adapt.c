@@ -69,8 +69,10 @@ enum {
     HELD_NO = 2,
     REFILL_BLOCK = 8,           /* the longest temporal block of a recent buffer's
                                    comparison (refill_gain) */
-    REFILL_HELD = 16,           /* a held buffer's: and the calls its checks wait
-                                   out after its clear outside the window */
+    REFILL_HELD = 16,           /* a held buffer's */
+    REFILL_WAIT = 48,           /* the calls a held buffer's checks wait out after
+                                   it left the cache (its clear outside the window,
+                                   or streamed): see await_refill */
     NEAR_DIVISOR = 8,           /* ... while it is cleared again with less than this
                                    fraction of it cleared between */
     FAR_CALLS = 2,              /* ... or with more before this many of its calls in
@@ -1037,7 +1039,26 @@ static int held_kept(size_t n, int cls)
 }
 
 /* A held buffer's next check waits `calls` of its calls for its refill
- * (cached_call ends the wait early where much is cleared between). */
+ * (cached_call ends the wait early where much is cleared between).  After
+ * it left the cache, REFILL_WAIT: a large buffer may come back only after
+ * many flat calls.  On the Intel guest a 64 MiB buffer written to after
+ * each clear cost 1.5-1.7 times a streaming clear per ordinary-store clear
+ * (6.4-7.3 ms against 4.4) for its first 10-30 calls in six rounds of one
+ * program, under 1% less a call, then came down to 0.6 times (2.5-3.0
+ * ms) within 15-25 calls; in one round it was still flat at its 22nd
+ * call, where a comparison took over.  A wait of 16
+ * ended on those flat calls: its checks found the buffer slow and handed
+ * it to a comparison, whose streaming blocks pushed it out again; the
+ * phase of 136 calls ran at 0.66-0.92 of memset's time, settled on
+ * streaming or comparing again and again.  In simulated programs
+ * (bench/sim_held_wait.py), phases of 136-400 calls whose refill is flat
+ * for 20-70 calls ran at 0.63-0.91 of memset's time with a wait of 16
+ * (and so did one flat past a wait of 32), at 0.99 or better with 48.
+ * What the wait costs where the
+ * machine does not keep a size presumed kept (kept_max: the sizes its
+ * cache was measured to keep) is 48 ordinary-store clears, never more
+ * than memset's, once per size class: the comparison after them marks
+ * the class not kept. */
 static void await_refill(struct ctx_state *s, uint32_t calls)
 {
     STORE(s->check_left, calls);
@@ -1123,7 +1144,7 @@ static int choose(size_t n, const void *addr)
              * the refill of a buffer streaming pushed out. */
             STORE(s->held_hist, 0);
             STORE(s->checks, 0);
-            await_refill(s, REFILL_HELD);
+            await_refill(s, REFILL_WAIT);
         }
     }
     if (ctx && n <= LOAD(cached_most)
@@ -1137,13 +1158,13 @@ static int choose(size_t n, const void *addr)
          * (the L3 full of other dirty data) cost more than 1.05 times the
          * streaming reference for 2 calls at 24 MiB, 4 at 26 MiB, 7 at 28
          * MiB and 10-11 at 30 MiB, then settle at 0.8.  Its recent
-         * context's next check waits REFILL_HELD calls where it is cleared
+         * context's next check waits REFILL_WAIT calls where it is cleared
          * again back to back (cached_call), so that the refill is not taken
          * for a buffer the cache does not keep (which the checks after it
          * still find). */
         struct ctx_state *r = &table[cls][1];
-        if (LOAD(r->check_left) < REFILL_HELD)
-            await_refill(r, REFILL_HELD);
+        if (LOAD(r->check_left) < REFILL_WAIT)
+            await_refill(r, REFILL_WAIT);
     }
     size_t large = ctx ? LOAD(large_recent_from) : LOAD(large_from);
     if (large && n >= large)
@@ -1732,7 +1753,7 @@ static void settle(struct ctx_state *s, int role, int learned, size_t n)
                  * cache again, and compared again, at once). */
                 uint32_t gap = check_gap(n);
                 take_as_cached(s, 0);
-                await_refill(s, gap > REFILL_HELD ? gap : REFILL_HELD);
+                await_refill(s, gap > REFILL_WAIT ? gap : REFILL_WAIT);
                 return;
             }
         }
